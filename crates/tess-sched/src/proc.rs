@@ -1,0 +1,71 @@
+//! Processes and threads as `/proc` shows them.
+
+use std::path::Path;
+
+/// Thread ids of process `pid` (its `/proc/PID/task` entries). Empty if the process is gone.
+pub fn threads_of(pid: i32) -> Vec<i32> {
+    threads_in(Path::new("/proc"), pid)
+}
+
+fn threads_in(proc_root: &Path, pid: i32) -> Vec<i32> {
+    let dir = proc_root.join(pid.to_string()).join("task");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// Whether a process or thread with this id exists now.
+pub fn exists(tid: i32) -> bool {
+    Path::new("/proc").join(tid.to_string()).exists()
+}
+
+/// The thread-group (process) id of thread `tid`, from `/proc/TID/status`.
+pub fn tgid_of(tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
+}
+
+/// Real uid of process `pid`, from `/proc/PID/status`.
+pub fn uid_of(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix("Uid:")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// Per-thread CPU time (user + system) in nanoseconds, from `/proc/PID/task/TID/schedstat`.
+pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_threads_are_listed() {
+        let me = std::process::id() as i32;
+        let tids = threads_of(me);
+        assert!(tids.contains(&crate::gettid()));
+        assert_eq!(tgid_of(crate::gettid()), Some(me));
+        assert!(thread_cpu_ns(me, crate::gettid()).is_some());
+    }
+
+    #[test]
+    fn missing_process_has_no_threads() {
+        assert!(threads_of(1 << 23).is_empty());
+        assert!(!exists(1 << 23));
+    }
+}
