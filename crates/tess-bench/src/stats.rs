@@ -1,10 +1,10 @@
 //! Summary statistics of latency samples.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// First-order statistics and tail percentiles of a set of samples (any unit; the caller names
 /// the unit in the figure name, e.g. `_us`).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     /// Number of samples.
     pub count: usize,

@@ -165,6 +165,35 @@ impl HartSet {
             .join(",")
     }
 
+    /// Parses a hexadecimal mask as in `/proc/irq/*/smp_affinity` or
+    /// `/sys/devices/virtual/workqueue/cpumask` (32-bit groups separated by commas).
+    pub fn from_hex_mask(text: &str) -> Result<HartSet, ParseHartSetError> {
+        let err = |reason| ParseHartSetError {
+            input: text.to_string(),
+            reason,
+        };
+        let digits: String = text.trim().chars().filter(|c| *c != ',').collect();
+        if digits.is_empty() {
+            return Err(err("empty mask"));
+        }
+        let mut set = HartSet::new();
+        for (i, c) in digits.chars().rev().enumerate() {
+            let v = c
+                .to_digit(16)
+                .ok_or_else(|| err("not a hexadecimal digit"))?;
+            for b in 0..4 {
+                if v & (1 << b) != 0 {
+                    let h = i * 4 + b;
+                    if h > MAX_HART_ID {
+                        return Err(err("hart id too large"));
+                    }
+                    set.insert(h);
+                }
+            }
+        }
+        Ok(set)
+    }
+
     fn trim(&mut self) {
         while self.words.last() == Some(&0) {
             self.words.pop();
@@ -297,6 +326,16 @@ mod tests {
             "00000001,00000000"
         );
         assert_eq!(HartSet::new().to_hex_mask(), "00000000");
+        assert_eq!(HartSet::from_hex_mask("3").unwrap().to_string(), "0-1");
+        assert_eq!(
+            HartSet::from_hex_mask("00000001,00000000")
+                .unwrap()
+                .to_string(),
+            "32"
+        );
+        let s: HartSet = "0,5,33,40-41".parse().unwrap();
+        assert_eq!(HartSet::from_hex_mask(&s.to_hex_mask()).unwrap(), s);
+        assert!(HartSet::from_hex_mask("xyz").is_err());
     }
 
     #[test]

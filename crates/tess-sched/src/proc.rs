@@ -44,6 +44,15 @@ pub fn uid_of(pid: i32) -> Option<u32> {
     })
 }
 
+/// The hart thread `tid` last ran on (field 39 of `/proc/TID/stat`). A sleeping thread stays
+/// on its last hart until it wakes, even after its affinity changed.
+pub fn last_hart(tid: i32) -> Option<usize> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields resume after its closing ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    rest.split_whitespace().nth(36)?.parse().ok()
+}
+
 /// Per-thread CPU time (user + system) in nanoseconds, from `/proc/PID/task/TID/schedstat`.
 pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
@@ -61,6 +70,7 @@ mod tests {
         assert!(tids.contains(&crate::gettid()));
         assert_eq!(tgid_of(crate::gettid()), Some(me));
         assert!(thread_cpu_ns(me, crate::gettid()).is_some());
+        assert_eq!(last_hart(crate::gettid()), Some(crate::current_hart()));
     }
 
     #[test]

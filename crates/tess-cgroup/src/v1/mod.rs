@@ -1,0 +1,364 @@
+//! cgroup v1: one hierarchy per controller.
+//!
+//! ```text
+//! <cpuset>/                      root: sched_load_balance = 0 while tess runs
+//! <cpuset>/tess/                 every hart, load balancing off
+//! <cpuset>/tess/system/          tasks outside cells (swept in from the root)
+//! <cpuset>/tess/domains/<harts>/ empty anchors, load balancing on: each is one root domain
+//! <cpuset>/tess/cells/<name>/    one per cell, load balancing off
+//! <cpu>/tess/cells/<name>/       best-effort and reserved cells (dedicated cells stay in the
+//!                                cpu root so that SCHED_FIFO works under RT group scheduling)
+//! <memory>/tess/cells/<name>/    memory.limit_in_bytes
+//! <pids>/tess/cells/<name>/      pids.max
+//! ```
+//!
+//! v1 builds sched domains from the top-most cpusets with `sched_load_balance = 1`, merging
+//! overlapping ones. With the root and every tess group at 0, the anchors alone decide the root
+//! domains: one per reserved hart, one for the pool. Dedicated harts belong to no domain, so no
+//! load balancing ever pulls work onto them.
+//!
+//! The `cpu_exclusive` flag is not used: v1 accepts it only when every ancestor is exclusive,
+//! which would forbid any other software's cpusets from using any hart. tess enforces
+//! exclusivity itself: dedicated harts are removed from every other tess cpuset and from the
+//! system cpuset, and tasks in the root cpuset are swept into the system cpuset.
+
+pub mod cpu;
+pub mod cpuset;
+pub mod memory;
+pub mod pids;
+
+use crate::fs::Fs;
+use crate::{Backend, CgroupError, Result, Version};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tess_core::layout::{CellClass, CellLayout, DomainMode, Layout};
+use tess_sched::HartSet;
+
+/// Mount points of the v1 hierarchies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V1Paths {
+    /// cpuset hierarchy (required).
+    pub cpuset: PathBuf,
+    /// cpu hierarchy (required).
+    pub cpu: PathBuf,
+    /// memory hierarchy (needed for memory limits).
+    pub memory: Option<PathBuf>,
+    /// pids hierarchy (needed for task limits).
+    pub pids: Option<PathBuf>,
+}
+
+/// The v1 backend.
+#[derive(Debug)]
+pub struct V1 {
+    paths: V1Paths,
+    group: String,
+    fs: Fs,
+    all: Mutex<HartSet>,
+}
+
+const PROCS: &str = "cgroup.procs";
+const TASKS: &str = "tasks";
+
+impl V1 {
+    /// A backend over `paths`, keeping its groups under `group` (normally `tess`).
+    pub fn new(paths: V1Paths, group: &str, fs: Fs) -> V1 {
+        V1 {
+            paths,
+            group: group.to_string(),
+            fs,
+            all: Mutex::new(HartSet::new()),
+        }
+    }
+
+    fn top(&self, hierarchy: &Path) -> PathBuf {
+        hierarchy.join(&self.group)
+    }
+
+    fn cell_dir(&self, hierarchy: &Path, name: &str) -> PathBuf {
+        self.top(hierarchy).join("cells").join(name)
+    }
+
+    fn mems(&self) -> String {
+        self.fs
+            .read(&self.paths.cpuset.join(cpuset::MEMS))
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "0".to_string())
+    }
+
+    /// Creates a cpuset group with load balancing off (before it gets any harts, so that it never
+    /// forms a domain of its own), memory nodes, and `cpus`.
+    fn ensure_cpuset(&self, dir: &Path, cpus: &HartSet, balance: bool) -> Result<()> {
+        let created = self.fs.mkdir(dir)?;
+        if created || self.fs.is_fake() {
+            cpuset::set_load_balance(&self.fs, dir, false)?;
+            cpuset::set_mems(&self.fs, dir, &self.mems())?;
+        }
+        cpuset::set_cpus(&self.fs, dir, cpus)?;
+        cpuset::set_load_balance(&self.fs, dir, balance)
+    }
+
+    fn ensure_plain(&self, dir: &Path) -> Result<()> {
+        self.fs.mkdir(dir)?;
+        Ok(())
+    }
+
+    /// Moves every task of `dir` into `to`, then removes `dir`.
+    fn evacuate_and_remove(&self, dir: &Path, to: &Path) -> Result<()> {
+        if !dir.exists() {
+            return Ok(());
+        }
+        for _ in 0..3 {
+            self.fs.move_all(&dir.join(PROCS), &to.join(PROCS))?;
+            if self.fs.is_fake() || self.fs.read_ids(&dir.join(TASKS))?.is_empty() {
+                break;
+            }
+        }
+        self.fs.rmdir(dir)
+    }
+
+    fn optional_hierarchies(&self) -> Vec<&Path> {
+        [self.paths.memory.as_deref(), self.paths.pids.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+impl Backend for V1 {
+    fn version(&self) -> Version {
+        Version::V1
+    }
+
+    fn domain_mode(&self) -> DomainMode {
+        DomainMode::PerHart
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "cgroup v1: cpuset {}, cpu {}, memory {}, pids {}; groups under {}/",
+            self.paths.cpuset.display(),
+            self.paths.cpu.display(),
+            self.paths
+                .memory
+                .as_ref()
+                .map_or("-".into(), |p| p.display().to_string()),
+            self.paths
+                .pids
+                .as_ref()
+                .map_or("-".into(), |p| p.display().to_string()),
+            self.group
+        )
+    }
+
+    fn init(&self, all: &HartSet) -> Result<()> {
+        *self.all.lock().expect("not poisoned") = all.clone();
+        let top = self.top(&self.paths.cpuset);
+        self.ensure_cpuset(&top, all, false)?;
+        for sub in ["cells", "domains"] {
+            self.ensure_cpuset(&top.join(sub), all, false)?;
+        }
+        if !top.join("system").exists() {
+            self.ensure_cpuset(&top.join("system"), all, false)?;
+        }
+        self.ensure_plain(&self.top(&self.paths.cpu))?;
+        self.ensure_plain(&self.top(&self.paths.cpu).join("cells"))?;
+        for h in self.optional_hierarchies() {
+            self.ensure_plain(&self.top(h))?;
+            self.ensure_plain(&self.top(h).join("cells"))?;
+        }
+        Ok(())
+    }
+
+    fn apply_topology(&self, layout: &Layout) -> Result<()> {
+        let top = self.top(&self.paths.cpuset);
+        // The root must not balance, or it would form one domain over everything.
+        cpuset::set_load_balance(&self.fs, &self.paths.cpuset, false)?;
+        self.ensure_cpuset(&top.join("system"), &layout.system, false)?;
+        let domains_dir = top.join("domains");
+        let wanted: Vec<String> = layout.domains.iter().map(|d| d.to_string()).collect();
+        // Stale anchors go first so that a hart is never in two balanced cpusets (which would
+        // merge their domains).
+        for existing in self.fs.children(&domains_dir) {
+            if !wanted.contains(&existing) {
+                self.fs.rmdir(&domains_dir.join(&existing))?;
+            }
+        }
+        for (name, harts) in wanted.iter().zip(&layout.domains) {
+            self.ensure_cpuset(&domains_dir.join(name), harts, true)?;
+        }
+        Ok(())
+    }
+
+    fn apply_cell(&self, name: &str, cell: &CellLayout, _layout: &Layout) -> Result<()> {
+        self.ensure_cpuset(&self.cell_dir(&self.paths.cpuset, name), &cell.cpus, false)?;
+        let cpu_dir = self.cell_dir(&self.paths.cpu, name);
+        if cell.class == CellClass::Dedicated {
+            // Dedicated cells live in the cpu root: RT group scheduling would otherwise refuse
+            // SCHED_FIFO threads (a child group's rt_runtime_us is 0).
+            self.evacuate_and_remove(&cpu_dir, &self.paths.cpu)?;
+        } else {
+            let new = self.fs.mkdir(&cpu_dir)?;
+            cpu::set_weight(&self.fs, &cpu_dir, cell.cpu_weight.unwrap_or(100))?;
+            cpu::set_bandwidth(&self.fs, &cpu_dir, cell.cfs_limit)?;
+            if new {
+                // Processes attached while the cell was dedicated sit in the cpu root.
+                for pid in self
+                    .fs
+                    .read_ids(&self.cell_dir(&self.paths.cpuset, name).join(PROCS))?
+                {
+                    let _ = self.fs.write(&cpu_dir.join(PROCS), &pid.to_string());
+                }
+            }
+        }
+        if let Some(m) = &self.paths.memory {
+            let dir = self.cell_dir(m, name);
+            self.fs.mkdir(&dir)?;
+            memory::set_limit(&self.fs, &dir, cell.memory_max)?;
+        } else if cell.memory_max.is_some() {
+            return Err(CgroupError::Unsupported(
+                "a memory limit needs the memory controller, which this host does not mount".into(),
+            ));
+        }
+        if let Some(p) = &self.paths.pids {
+            let dir = self.cell_dir(p, name);
+            self.fs.mkdir(&dir)?;
+            pids::set_max(&self.fs, &dir, cell.pids_max)?;
+        } else if cell.pids_max.is_some() {
+            return Err(CgroupError::Unsupported(
+                "a task limit needs the pids controller, which this host does not mount".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn remove_cell(&self, name: &str) -> Result<()> {
+        let system = self.top(&self.paths.cpuset).join("system");
+        self.evacuate_and_remove(&self.cell_dir(&self.paths.cpuset, name), &system)?;
+        self.evacuate_and_remove(&self.cell_dir(&self.paths.cpu, name), &self.paths.cpu)?;
+        for h in self.optional_hierarchies() {
+            self.evacuate_and_remove(&self.cell_dir(h, name), h)?;
+        }
+        Ok(())
+    }
+
+    fn attach_process(&self, name: &str, pid: i32, cpu: bool) -> Result<()> {
+        let pid_s = pid.to_string();
+        let cpuset_dir = self.cell_dir(&self.paths.cpuset, name);
+        if !cpuset_dir.exists() {
+            return Err(CgroupError::Unsupported(format!(
+                "cell {name} has no cgroup"
+            )));
+        }
+        self.fs.write(&cpuset_dir.join(PROCS), &pid_s)?;
+        for h in self.optional_hierarchies() {
+            self.fs.write(&self.cell_dir(h, name).join(PROCS), &pid_s)?;
+        }
+        let cpu_dir = self.cell_dir(&self.paths.cpu, name);
+        if cpu || !cpu_dir.exists() {
+            // Dedicated cells (no cpu group) go to the cpu root at once: nothing to skew there.
+            let target = if cpu_dir.exists() {
+                cpu_dir
+            } else {
+                self.paths.cpu.clone()
+            };
+            self.fs.write(&target.join(PROCS), &pid_s)?;
+        }
+        Ok(())
+    }
+
+    fn complete_attach(&self, name: &str, cpus: &HartSet) -> Result<usize> {
+        let cpu_dir = self.cell_dir(&self.paths.cpu, name);
+        if !cpu_dir.exists() {
+            return Ok(0);
+        }
+        let inside: std::collections::HashSet<i32> = self
+            .fs
+            .read_ids(&cpu_dir.join(PROCS))?
+            .into_iter()
+            .collect();
+        let mut moved = 0;
+        for pid in self
+            .fs
+            .read_ids(&self.cell_dir(&self.paths.cpuset, name).join(PROCS))?
+        {
+            if inside.contains(&pid) {
+                continue;
+            }
+            let on_cell = self.fs.is_fake()
+                || tess_sched::proc::last_hart(pid).is_some_and(|h| cpus.contains(h));
+            if on_cell
+                && self
+                    .fs
+                    .write(&cpu_dir.join(PROCS), &pid.to_string())
+                    .is_ok()
+            {
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
+    fn threads(&self, name: &str) -> Result<Vec<i32>> {
+        self.fs
+            .read_ids(&self.cell_dir(&self.paths.cpuset, name).join(TASKS))
+    }
+
+    fn processes(&self, name: &str) -> Result<Vec<i32>> {
+        self.fs
+            .read_ids(&self.cell_dir(&self.paths.cpuset, name).join(PROCS))
+    }
+
+    fn existing_cells(&self) -> Result<Vec<String>> {
+        Ok(self
+            .fs
+            .children(&self.top(&self.paths.cpuset).join("cells")))
+    }
+
+    fn sweep_into_system(&self) -> Result<usize> {
+        let system = self.top(&self.paths.cpuset).join("system");
+        if !system.exists() {
+            return Ok(0);
+        }
+        self.fs
+            .move_all(&self.paths.cpuset.join(PROCS), &system.join(PROCS))
+    }
+
+    fn teardown(&self) -> Result<()> {
+        for name in self.existing_cells()? {
+            self.remove_cell(&name)?;
+        }
+        let top = self.top(&self.paths.cpuset);
+        let domains = top.join("domains");
+        for d in self.fs.children(&domains) {
+            self.fs.rmdir(&domains.join(d))?;
+        }
+        for sub in ["system", "cells", "domains", ""] {
+            let dir = if sub.is_empty() {
+                top.clone()
+            } else {
+                top.join(sub)
+            };
+            self.evacuate_and_remove(&dir, &self.paths.cpuset)?;
+        }
+        cpuset::set_load_balance(&self.fs, &self.paths.cpuset, true)?;
+        for h in [Some(self.paths.cpu.as_path())]
+            .into_iter()
+            .flatten()
+            .chain(self.optional_hierarchies())
+        {
+            let top = self.top(h);
+            self.evacuate_and_remove(&top.join("cells"), h)?;
+            self.evacuate_and_remove(&top, h)?;
+        }
+        Ok(())
+    }
+
+    fn cell_cpuset_dir(&self, name: &str) -> PathBuf {
+        self.cell_dir(&self.paths.cpuset, name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! v2 logic against a temporary directory standing in for `/sys/fs/cgroup`.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tess_core::layout::plan;
+use tess_core::spec::{CellSpec, HartRequest, Policy};
+use tess_core::state::{Cell, Cluster};
+
+fn cluster(cells: &[(&str, Policy, &str)]) -> Cluster {
+    let mut c = Cluster {
+        cells: BTreeMap::new(),
+    };
+    for (name, policy, harts) in cells {
+        let harts: HartSet = harts.parse().unwrap();
+        c.cells.insert(
+            name.to_string(),
+            Cell {
+                spec: CellSpec {
+                    name: name.to_string(),
+                    policy: policy.clone(),
+                    harts: HartRequest::Ids(harts.clone()),
+                    memory_max: None,
+                    pids_max: None,
+                    pinned: false,
+                    idle: None,
+                },
+                harts,
+                window_offset: None,
+                owner: 0,
+                ephemeral_pid: None,
+                created_ms: 0,
+            },
+        );
+    }
+    c
+}
+
+fn read(p: PathBuf) -> String {
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+fn apply(b: &V2, c: &Cluster, n: usize) -> Layout {
+    let all = HartSet::first_n(n);
+    let layout = plan(c, &all, &all, DomainMode::PerComponent);
+    b.init(&all).unwrap();
+    b.apply_topology(&layout).unwrap();
+    for (name, cl) in &layout.cells {
+        b.apply_cell(name, cl, &layout).unwrap();
+    }
+    layout
+}
+
+fn et() -> Policy {
+    Policy::EventTriggered {
+        period: Duration::from_millis(10),
+        budget: Duration::from_millis(2),
+    }
+}
+
+#[test]
+fn dedicated_cells_are_isolated_remote_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
+    apply(
+        &b,
+        &cluster(&[("synth", Policy::Dedicated, "3"), ("ctl", et(), "2")]),
+        4,
+    );
+    let t = dir.path().join("tess");
+    assert_eq!(
+        read(dir.path().join("cgroup.subtree_control")),
+        "+cpuset +cpu +memory +pids"
+    );
+    assert_eq!(read(t.join("cpuset.cpus.exclusive")), "2-3");
+    assert_eq!(read(t.join("cells/cpuset.cpus.exclusive")), "3");
+    assert_eq!(
+        read(t.join("cells/synth/cpuset.cpus.partition")),
+        "isolated"
+    );
+    assert_eq!(read(t.join("cells/synth/cpuset.cpus.exclusive")), "3");
+    // The reserved hart is its own root partition holding the reserved cell.
+    assert_eq!(read(t.join("part-2/cpuset.cpus.partition")), "root");
+    assert_eq!(read(t.join("part-2/ctl/cpuset.cpus")), "2");
+    assert_eq!(read(t.join("part-2/ctl/cpu.max")), "2000 10000");
+    assert_eq!(read(t.join("part-2/ctl/memory.max")), "max");
+    assert_eq!(
+        b.existing_cells().unwrap(),
+        vec!["ctl".to_string(), "synth".to_string()]
+    );
+}
+
+#[test]
+fn last_component_stays_in_the_root_when_no_pool_is_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
+    apply(
+        &b,
+        &cluster(&[("synth", Policy::Dedicated, "1"), ("ctl", et(), "0")]),
+        2,
+    );
+    let t = dir.path().join("tess");
+    assert!(
+        t.join("cells/ctl").is_dir(),
+        "reserved cell stays outside a partition"
+    );
+    assert!(!t.join("part-0").exists());
+    assert_eq!(read(t.join("cpuset.cpus.exclusive")), "1");
+}
+
+#[test]
+fn cells_follow_their_partition_and_keep_their_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
+    apply(
+        &b,
+        &cluster(&[("ctl", Policy::BestEffort { weight: 50 }, "2")]),
+        4,
+    );
+    let t = dir.path().join("tess");
+    assert_eq!(read(t.join("cells/ctl/cpu.weight")), "50");
+    b.attach_process("ctl", 99, true).unwrap();
+    apply(&b, &cluster(&[("ctl", et(), "2")]), 4);
+    assert!(!t.join("cells/ctl").exists());
+    assert_eq!(read(t.join("part-2/ctl/cgroup.procs")), "99");
+    assert_eq!(b.processes("ctl").unwrap(), vec![99]);
+    b.remove_cell("ctl").unwrap();
+    assert!(!t.join("part-2/ctl").exists());
+    b.teardown().unwrap();
+    assert!(!t.exists());
+}

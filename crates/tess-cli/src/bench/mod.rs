@@ -1,0 +1,67 @@
+//! `tess bench NAME`: benchmarks that print a table, or with `--json` one JSON object whose
+//! `figures` map each figure (named as in the issue that asks for it) to a number. Baselines
+//! run in the same invocation; every latency benchmark also measures the noise floor.
+
+mod isolation;
+mod mux;
+mod support;
+mod update;
+pub mod work;
+
+use clap::{Args, Subcommand};
+use tess_bench::Report;
+
+/// `tess bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+/// Options every benchmark takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Print one JSON object instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Fewer samples: a smoke run in seconds, not a measurement.
+    #[arg(long, global = true)]
+    pub quick: bool,
+    /// Hart to measure on (default: the highest hart tessd manages).
+    #[arg(long, global = true, value_name = "HART")]
+    pub hart: Option<usize>,
+    /// Exit with status 1 if a target is missed.
+    #[arg(long, global = true)]
+    pub check: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Which {
+    /// Multiplexing accuracy (seed 004 section 3.2): reserved cells keep their throughput
+    /// beside others; two best-effort cells split a hart evenly.
+    Mux(Common),
+    /// Interactivity under 128 CPU-bound threads (seed 003): a periodic task's wake-up latency
+    /// on plain Linux, in a dedicated cell, and as SCHED_FIFO 99.
+    Isolation(Common),
+    /// Latency of a 3-cell change, request to enforced (seed 004 section 3.3).
+    Update(Common),
+}
+
+/// Runs a benchmark.
+pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
+    let (common, report): (Common, Report) = match a.which {
+        Which::Mux(c) => (c.clone(), mux::run(&c)?),
+        Which::Isolation(c) => (c.clone(), isolation::run(&c)?),
+        Which::Update(c) => (c.clone(), update::run(&c)?),
+    };
+    if common.json {
+        println!("{}", report.render_json());
+    } else {
+        print!("{}", report.render_text());
+    }
+    Ok(if common.check && !report.all_targets_met() {
+        1
+    } else {
+        0
+    })
+}

@@ -1,0 +1,154 @@
+//! Workloads the benchmarks run inside cells: `tess work spin | probe | load`.
+
+use clap::{Args, Subcommand, ValueEnum};
+use std::time::Duration;
+use tess_bench::Summary;
+use tess_sched::{attr, clock, Policy};
+
+/// Internal workloads.
+#[derive(Subcommand, Debug)]
+pub enum WorkCmd {
+    /// A CPU-bound kernel counting work units done in a measurement window.
+    Spin(SpinArgs),
+    /// A periodic task measuring how late it wakes.
+    Probe(ProbeArgs),
+    /// Many CPU-bound threads, until killed.
+    Load(LoadArgs),
+    /// Sleep until killed (a process that holds a cell's threads).
+    Idle,
+    /// Spin as SCHED_IDLE until killed: uses only time nothing else wants, so that a hart never
+    /// idles (an idle vCPU is descheduled by the hypervisor and runs slower when it resumes).
+    Filler,
+}
+
+/// `spin`.
+#[derive(Args, Debug)]
+pub struct SpinArgs {
+    /// CLOCK_MONOTONIC time (ns) at which measurement starts.
+    #[arg(long)]
+    pub start_ns: u64,
+    /// Measurement window in milliseconds.
+    #[arg(long)]
+    pub window_ms: u64,
+}
+
+/// Probe policies.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ProbePolicy {
+    /// SCHED_OTHER.
+    Other,
+    /// SCHED_FIFO 99.
+    Fifo99,
+}
+
+/// `probe`.
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// Wake-up period in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub period_us: u64,
+    /// Wake-ups to measure.
+    #[arg(long)]
+    pub count: usize,
+    /// Scheduling policy.
+    #[arg(long, value_enum, default_value = "other")]
+    pub policy: ProbePolicy,
+}
+
+/// `load`.
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// Number of CPU-bound threads.
+    #[arg(long, default_value_t = 128)]
+    pub threads: usize,
+}
+
+/// One unit of CPU-bound work (an xorshift chain the optimizer cannot remove).
+#[inline(never)]
+fn unit(mut x: u64) -> u64 {
+    for _ in 0..256 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    x
+}
+
+/// Runs a workload.
+pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
+    match cmd {
+        WorkCmd::Spin(a) => {
+            let end = a.start_ns + a.window_ms * 1_000_000;
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            while clock::now_ns() < a.start_ns {
+                x = unit(x);
+            }
+            let mut units = 0u64;
+            let me = std::process::id() as i32;
+            let cpu0 = tess_sched::proc::thread_cpu_ns(me, me).unwrap_or(0);
+            let t0 = clock::now_ns();
+            let mut now = t0;
+            while now < end {
+                x = unit(x);
+                units += 1;
+                now = clock::now_ns();
+            }
+            let secs = (now - t0) as f64 / 1e9;
+            let cpu_ns = tess_sched::proc::thread_cpu_ns(me, me)
+                .unwrap_or(0)
+                .saturating_sub(cpu0);
+            println!(
+                "{}",
+                serde_json::json!({"units": units, "seconds": secs, "rate": units as f64 / secs, "cpu_ns": cpu_ns, "sink": x & 1})
+            );
+            Ok(0)
+        }
+        WorkCmd::Probe(a) => {
+            let policy = match a.policy {
+                ProbePolicy::Other => Policy::OTHER,
+                ProbePolicy::Fifo99 => Policy::Fifo { priority: 99 },
+            };
+            attr::set_policy(0, policy, 0)?;
+            let period = clock::ns(Duration::from_micros(a.period_us));
+            let mut samples = Vec::with_capacity(a.count);
+            let mut next = clock::now_ns() + period;
+            for _ in 0..a.count {
+                clock::sleep_until_ns(next);
+                samples.push(clock::now_ns().saturating_sub(next));
+                next += period;
+                let now = clock::now_ns();
+                if next < now {
+                    next = now + period;
+                }
+            }
+            let s = Summary::of_ns_as_us(&samples);
+            println!("{}", serde_json::to_string(&s)?);
+            Ok(0)
+        }
+        WorkCmd::Load(a) => {
+            for i in 0..a.threads {
+                std::thread::spawn(move || {
+                    let mut x = i as u64 + 1;
+                    loop {
+                        x = unit(x);
+                        std::hint::black_box(x);
+                    }
+                });
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        WorkCmd::Filler => {
+            attr::set_policy(0, Policy::Idle, 0)?;
+            let mut x = 1u64;
+            loop {
+                x = unit(x);
+                std::hint::black_box(x);
+            }
+        }
+        WorkCmd::Idle => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
+}

@@ -1,0 +1,94 @@
+//! `tess run`: start an unmodified program inside a cell.
+//!
+//! The command asks tessd to move *this* process into the cell (tessd identifies it by
+//! `SO_PEERCRED`, so no one can move someone else's process), then replaces itself with the
+//! program (`execvp`). Every thread and child the program creates starts in the cell. With
+//! `--reserve BUDGET/PERIOD` the cell is a fresh event-triggered one that tessd removes when the
+//! program and all its children have exited: the `qres_wrap` of AQuoSA.
+
+use super::usage;
+use clap::Args;
+use std::os::unix::process::CommandExt;
+use tess_core::spec::HartRequest;
+use tess_proto::{Body, Client, Request};
+
+/// Run a program in a cell.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
+)]
+pub struct RunArgs {
+    /// Existing cell to run in.
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "reserve",
+        required_unless_present = "reserve"
+    )]
+    pub cell: Option<String>,
+    /// Run in a new event-triggered reservation BUDGET/PERIOD, removed when the program exits.
+    #[arg(long, value_name = "BUDGET/PERIOD")]
+    pub reserve: Option<String>,
+    /// Harts for --reserve (default 1).
+    #[arg(long, value_name = "N", requires = "reserve")]
+    pub harts: Option<usize>,
+    /// Print the cell the program runs in on standard error.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Runs `tess run`; on success does not return (the process becomes the program).
+pub fn run(a: RunArgs) -> anyhow::Result<i32> {
+    let req = match (&a.cell, &a.reserve) {
+        (Some(cell), None) => Request::Attach { cell: cell.clone() },
+        (None, Some(r)) => match tess_core::units::parse_reservation(r) {
+            Ok((budget, period)) => Request::Reserve {
+                budget,
+                period,
+                harts: a.harts.map(HartRequest::Count),
+            },
+            Err(e) => return usage(format!("--reserve: {e}")),
+        },
+        _ => return usage("give --cell NAME or --reserve BUDGET/PERIOD"),
+    };
+    let body = {
+        let mut c = Client::connect_default()?;
+        let body = c.call(&req)?;
+        // The kernel makes a thread a deadline thread only from a runqueue of its own hart, and a
+        // task should join its cell's cpu group only from there too (tessd docs). This process
+        // has just woken on the cell's hart (on the reply), so a second attach completes both.
+        let cell = match &body {
+            Body::Cell(c) => Some(c.name.clone()),
+            Body::Applied(r) => r.cells.first().map(|c| c.name.clone()),
+            _ => None,
+        };
+        if let Some(cell) = cell {
+            c.call(&Request::Attach { cell })?;
+        }
+        body
+    };
+    if a.verbose {
+        let name = match &body {
+            Body::Cell(c) => format!("{} ({}, harts {})", c.name, c.policy.describe(), c.harts),
+            Body::Applied(r) => r
+                .cells
+                .first()
+                .map(|c| format!("{} ({}, harts {})", c.name, c.policy.describe(), c.harts))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        eprintln!("tess: running {} in cell {name}", a.command[0]);
+    }
+    let err = std::process::Command::new(&a.command[0])
+        .args(&a.command[1..])
+        .exec();
+    eprintln!("tess: cannot run {}: {err}", a.command[0]);
+    Ok(if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}

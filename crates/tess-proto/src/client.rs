@@ -1,0 +1,98 @@
+//! A blocking client for the tessd socket.
+
+use crate::frame::{self, FrameError};
+use crate::{Body, ErrorKind, Request, Response, PROTOCOL_VERSION, SOCKET_ENV};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A failed call.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The daemon answered with an error.
+    #[error("{message}")]
+    Daemon {
+        /// Category.
+        kind: ErrorKind,
+        /// Message from the daemon.
+        message: String,
+    },
+    /// The daemon could not be reached.
+    #[error("cannot reach tessd at {}: {cause} (is it running? start it with `tessd`, or set {SOCKET_ENV})", path.display())]
+    Unreachable {
+        /// Socket path.
+        path: PathBuf,
+        /// Cause (kept out of the error chain: the message already says it).
+        cause: std::io::Error,
+    },
+    /// The connection failed mid-call.
+    #[error("lost the connection to tessd: {0} (the change may or may not have been applied; check with `tess cell list`)")]
+    Connection(FrameError),
+    /// The daemon sent something unexpected.
+    #[error("unexpected reply from tessd: {0}")]
+    Unexpected(String),
+}
+
+impl From<FrameError> for ApiError {
+    fn from(e: FrameError) -> Self {
+        ApiError::Connection(e)
+    }
+}
+
+impl ApiError {
+    /// CLI exit status for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ApiError::Daemon { kind, .. } => kind.exit_code(),
+            ApiError::Unreachable { .. } => crate::EXIT_UNREACHABLE,
+            ApiError::Connection(_) | ApiError::Unexpected(_) => 1,
+        }
+    }
+}
+
+/// A connection to tessd.
+#[derive(Debug)]
+pub struct Client {
+    stream: UnixStream,
+}
+
+/// The socket path: `$TESS_SOCKET`, or the default.
+pub fn socket_path() -> PathBuf {
+    std::env::var_os(SOCKET_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_SOCKET))
+}
+
+impl Client {
+    /// Connects and greets the daemon.
+    pub fn connect(path: &Path) -> Result<Client, ApiError> {
+        let stream = UnixStream::connect(path).map_err(|cause| ApiError::Unreachable {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        let mut c = Client { stream };
+        c.call(&Request::Hello {
+            version: PROTOCOL_VERSION,
+        })?;
+        Ok(c)
+    }
+
+    /// Connects to [`socket_path`].
+    pub fn connect_default() -> Result<Client, ApiError> {
+        Client::connect(&socket_path())
+    }
+
+    /// Sets a timeout for each reply.
+    pub fn set_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.stream.set_read_timeout(t)
+    }
+
+    /// Sends a request and waits for its reply.
+    pub fn call(&mut self, req: &Request) -> Result<Body, ApiError> {
+        frame::write(&mut self.stream, req)?;
+        match frame::read::<_, Response>(&mut self.stream)? {
+            Response::Ok { body } => Ok(body),
+            Response::Error { kind, message } => Err(ApiError::Daemon { kind, message }),
+        }
+    }
+}

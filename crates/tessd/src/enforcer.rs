@@ -1,0 +1,223 @@
+//! Making the kernel match a layout.
+//!
+//! [`Enforcer::converge`] takes the kernel from whatever state it is in (the previous layout, or
+//! anything a killed daemon left behind) to a target layout, idempotently. The engine uses it
+//! both to apply a change and to roll one back, and once at start-up to restore the committed
+//! state.
+
+use crate::kernel::{self, KernelPaths};
+use crate::store::Store;
+use crate::threads::{SyncReport, ThreadManager};
+use anyhow::{Context, Result};
+use tess_cgroup::Backend;
+use tess_core::layout::{plan, CellClass, Layout};
+use tess_core::state::Cluster;
+use tess_sched::HartSet;
+
+/// Applies layouts to the kernel.
+#[derive(Debug)]
+pub struct Enforcer {
+    backend: Box<dyn Backend>,
+    /// Thread placement for reserved cells.
+    pub threads: ThreadManager,
+    kernel: KernelPaths,
+    steer_irqs: bool,
+    all: HartSet,
+    managed: HartSet,
+    /// IRQs steered at the last convergence.
+    pub irqs_steered: usize,
+    /// Idle spinners of dedicated cells.
+    pub spinners: crate::idle::Spinners,
+}
+
+impl Enforcer {
+    /// A new enforcer over `backend`, managing `managed` out of `all` harts.
+    pub fn new(
+        backend: Box<dyn Backend>,
+        kernel: KernelPaths,
+        steer_irqs: bool,
+        all: HartSet,
+        managed: HartSet,
+    ) -> Enforcer {
+        let mut spinners = crate::idle::Spinners::default();
+        spinners.adopt(backend.as_ref());
+        Enforcer {
+            backend,
+            threads: ThreadManager::default(),
+            kernel,
+            steer_irqs,
+            all,
+            managed,
+            irqs_steered: 0,
+            spinners,
+        }
+    }
+
+    /// The cgroup backend.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// The layout of `cluster` on this machine.
+    pub fn plan(&self, cluster: &Cluster) -> Layout {
+        plan(
+            cluster,
+            &self.all,
+            &self.managed,
+            self.backend.domain_mode(),
+        )
+    }
+
+    /// Converges the kernel to `to`. `from` is what the kernel is believed to hold (`None` at
+    /// start-up, when anything may be there). Returns the time-triggered cells whose windows
+    /// changed in place and need re-aligning ([`Enforcer::rephase`]).
+    pub fn converge(
+        &mut self,
+        from: Option<&Layout>,
+        to: &Layout,
+        store: &Store,
+    ) -> Result<Vec<String>> {
+        let b = self.backend.as_ref();
+        b.init(&self.all).context("creating tess's cgroups")?;
+        // 1. Threads leave SCHED_DEADLINE before their cell stops being reserved, moves, or goes.
+        let existing = b.existing_cells().context("listing cell cgroups")?;
+        for name in &existing {
+            let target = to.cells.get(name);
+            let before = from.and_then(|f| f.cells.get(name));
+            let release = match (before, target) {
+                (_, None) => true,
+                (_, Some(t)) if t.class != CellClass::Reserved => {
+                    from.is_none() || before.is_some_and(|b| b.class == CellClass::Reserved)
+                }
+                (Some(b), Some(t)) => b.thread_slots != t.thread_slots,
+                (None, Some(_)) => false,
+            };
+            if release {
+                let cpus = target
+                    .map(|t| t.cpus.clone())
+                    .unwrap_or_else(|| to.system.clone());
+                self.threads
+                    .release(b, name, &cpus)
+                    .with_context(|| format!("releasing the threads of cell {name}"))?;
+            }
+        }
+        // 2. Spinners that are not wanted stop, and cells that should not exist go (their tasks
+        // to the system group, with their timer slack back to the default).
+        self.spinners.stop_unwanted(to);
+        for name in &existing {
+            let was_spinning = from
+                .and_then(|f| f.cells.get(name))
+                .is_none_or(|c| c.idle_spin);
+            let spins = to.cells.get(name).is_some_and(|c| c.idle_spin);
+            if was_spinning && !spins {
+                crate::idle::set_timer_slack(b, name, 0, &[]);
+            }
+            if !to.cells.contains_key(name) {
+                b.remove_cell(name)
+                    .with_context(|| format!("removing cell {name}"))?;
+            }
+        }
+        // 3. Partitioning, then each cell.
+        b.apply_topology(to)
+            .context("applying the hart partitioning")?;
+        for (name, cl) in &to.cells {
+            b.apply_cell(name, cl, to)
+                .with_context(|| format!("configuring cell {name}"))?;
+        }
+        // 4. Reservations.
+        let mut rephase = Vec::new();
+        for (name, cl) in &to.cells {
+            if cl.class == CellClass::Reserved {
+                let r = self.threads.sync(b, name, cl).with_context(|| {
+                    format!("placing the threads of cell {name} under SCHED_DEADLINE")
+                })?;
+                if r.rephase {
+                    rephase.push(name.clone());
+                }
+            }
+        }
+        // 5. Dedicated cells that spin: spinners, and a 1 ns timer slack for their threads.
+        self.spinners
+            .start_wanted(b, to)
+            .context("starting idle spinners")?;
+        for name in to.cells.iter().filter(|(_, c)| c.idle_spin).map(|(n, _)| n) {
+            crate::idle::set_timer_slack(b, name, 1, &self.spinners.pids(name));
+        }
+        // 6. IRQs and kernel workers off dedicated harts.
+        let dedicated_changed = from.is_none_or(|f| f.dedicated != to.dedicated);
+        if self.steer_irqs && dedicated_changed {
+            let r = kernel::steer_off(&self.kernel, store, &to.dedicated, &self.all)
+                .context("steering IRQs")?;
+            if !r.unmovable.is_empty() && !to.dedicated.is_empty() {
+                tracing::debug!(irqs = ?r.unmovable, "IRQs the kernel does not let move");
+            }
+            self.irqs_steered = r.steered;
+        }
+        // 7. Stray tasks out of the root (v1).
+        if from.is_none_or(|f| f.system != to.system || f.dedicated != to.dedicated) {
+            b.sweep_into_system()
+                .context("moving tasks out of the cgroup root")?;
+        }
+        Ok(rephase)
+    }
+
+    /// Re-aligns the windows of a time-triggered cell to the grid (after an in-place change).
+    pub fn rephase(&mut self, layout: &Layout, name: &str) -> Result<usize> {
+        match layout.cells.get(name) {
+            Some(cl) => Ok(self.threads.rephase(self.backend.as_ref(), name, cl)?),
+            None => Ok(0),
+        }
+    }
+
+    /// Re-places the threads of one reserved cell (after a fork, or periodically).
+    pub fn sync_cell(&mut self, layout: &Layout, name: &str) -> Result<SyncReport> {
+        match layout.cells.get(name) {
+            Some(cl) if cl.class == CellClass::Reserved => {
+                Ok(self.threads.sync(self.backend.as_ref(), name, cl)?)
+            }
+            _ => Ok(SyncReport::default()),
+        }
+    }
+
+    /// Periodic upkeep: sweep the root, finish attachments, keep reserved threads placed.
+    pub fn housekeep(&mut self, layout: &Layout) -> Result<()> {
+        self.backend.sweep_into_system()?;
+        for (name, cl) in &layout.cells {
+            self.backend.complete_attach(name, &cl.cpus)?;
+            if cl.idle_spin {
+                crate::idle::set_timer_slack(
+                    self.backend.as_ref(),
+                    name,
+                    1,
+                    &self.spinners.pids(name),
+                );
+            }
+        }
+        if let Err(e) = self.spinners.start_wanted(self.backend.as_ref(), layout) {
+            tracing::warn!("restarting idle spinners: {e:#}");
+        }
+        for (name, cl) in &layout.cells {
+            if cl.class == CellClass::Reserved {
+                if let Err(e) = self.threads.sync(self.backend.as_ref(), name, cl) {
+                    tracing::warn!("cell {name}: {e:#}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes everything tess set up and restores saved kernel settings.
+    pub fn teardown(&mut self, layout: Option<&Layout>, store: &Store) -> Result<()> {
+        let b = self.backend.as_ref();
+        self.spinners.stop_all(b);
+        for name in b.existing_cells()? {
+            let cpus = self.all.clone();
+            let _ = self.threads.release(b, &name, &cpus);
+            crate::idle::set_timer_slack(b, &name, 0, &[]);
+        }
+        let _ = layout;
+        b.teardown().context("removing tess's cgroups")?;
+        kernel::restore_all(&self.kernel, store)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,18 @@
+//! `tessd`, the tess daemon, as a library (the binary is a thin `main`).
+//!
+//! - [`engine`]: requests become transactions (place, admit, enforce, commit).
+//! - [`enforcer`]: makes the kernel match a layout; [`threads`]: `SCHED_DEADLINE` per thread.
+//! - [`kernel`]: system-wide settings (deadline capacity, IRQ and workqueue steering).
+//! - [`store`]: durable state; [`config`]: configuration; [`server`]: the API socket;
+//!   [`procmon`]: fork events.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod enforcer;
+pub mod engine;
+pub mod idle;
+pub mod kernel;
+pub mod procmon;
+pub mod server;
+pub mod store;
+pub mod threads;
