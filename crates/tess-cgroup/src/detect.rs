@@ -61,10 +61,9 @@ pub fn parse_mountinfo(text: &str) -> Hierarchies {
         }
         let mount_point = PathBuf::from(unescape(fields[4]));
         match rfields[0] {
-            "cgroup2"
-                if h.v2.is_none() => {
-                    h.v2 = Some(mount_point);
-                }
+            "cgroup2" if h.v2.is_none() => {
+                h.v2 = Some(mount_point);
+            }
             "cgroup" => {
                 let opts = rfields.get(2).copied().unwrap_or("");
                 for o in opts.split(',') {

@@ -99,4 +99,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     /// The cpuset directory of cell `name` (for diagnostics and tests).
     fn cell_cpuset_dir(&self, name: &str) -> PathBuf;
+
+    /// Cgroups outside tess that undermine the layout: on v1 a cpuset of other software that
+    /// balances load across a reserved hart and another hart merges their root domains (so
+    /// `SCHED_DEADLINE` threads cannot be pinned), and one that includes a dedicated hart lets
+    /// its tasks run there. v1 gives tess no way to constrain them; they are reported.
+    fn foreign_conflicts(&self, layout: &Layout) -> Vec<String>;
 }

@@ -85,7 +85,9 @@ pub enum AdmissionError {
         second: String,
     },
     /// A dedicated hart would also run another cell.
-    #[error("hart {hart} is dedicated to cell '{dedicated}' and cannot also run cell '{other}'")]
+    #[error(
+        "hart {hart} cannot be dedicated to cell '{dedicated}' while cell '{other}' runs there too"
+    )]
     DedicatedShared {
         /// Hart.
         hart: usize,
@@ -254,7 +256,10 @@ impl fmt::Display for Admitted {
 pub fn check(cluster: &Cluster, cap: &Capacity) -> Result<Admitted, AdmissionError> {
     let mut admitted = Admitted::default();
     let mut dedicated_owner: BTreeMap<usize, String> = BTreeMap::new();
-    for cell in cluster.cells.values() {
+    // Older cells first, so that a refusal names the incumbent as the owner.
+    let mut by_age: Vec<&crate::state::Cell> = cluster.cells.values().collect();
+    by_age.sort_by_key(|c| (c.created_ms, c.name().to_string()));
+    for cell in by_age {
         for h in cell.harts.iter() {
             if !cap.harts.contains(h) {
                 return Err(AdmissionError::UnknownHart {

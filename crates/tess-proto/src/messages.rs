@@ -380,6 +380,9 @@ pub struct StatusInfo {
     pub cells: usize,
     /// IRQs steered off dedicated harts.
     pub irqs_steered: usize,
+    /// Problems tess cannot fix itself (other software's cgroups in the way).
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// State directory.
     pub state_dir: String,
 }

@@ -28,6 +28,24 @@ pub struct Enforcer {
     pub irqs_steered: usize,
     /// Idle spinners of dedicated cells.
     pub spinners: crate::idle::Spinners,
+    /// Foreign cgroups that undermine the layout (see `Backend::foreign_conflicts`).
+    pub conflicts: Vec<String>,
+}
+
+/// Fault injection for the crash tests: `TESSD_FAULT_PAUSE_US` pauses this long between the
+/// steps of every convergence, so that a test can kill the daemon with the kernel half changed.
+fn fault_pause() {
+    static PAUSE: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        std::env::var("TESSD_FAULT_PAUSE_US")
+            .ok()?
+            .parse()
+            .ok()
+            .map(std::time::Duration::from_micros)
+    });
+    if let Some(p) = pause {
+        std::thread::sleep(*p);
+    }
 }
 
 impl Enforcer {
@@ -50,6 +68,7 @@ impl Enforcer {
             managed,
             irqs_steered: 0,
             spinners,
+            conflicts: Vec::new(),
         }
     }
 
@@ -101,6 +120,7 @@ impl Enforcer {
                     .with_context(|| format!("releasing the threads of cell {name}"))?;
             }
         }
+        fault_pause();
         // 2. Spinners that are not wanted stop, and cells that should not exist go (their tasks
         // to the system group, with their timer slack back to the default).
         self.spinners.stop_unwanted(to);
@@ -117,6 +137,7 @@ impl Enforcer {
                     .with_context(|| format!("removing cell {name}"))?;
             }
         }
+        fault_pause();
         // 3. Partitioning, then each cell.
         b.apply_topology(to)
             .context("applying the hart partitioning")?;
@@ -124,6 +145,7 @@ impl Enforcer {
             b.apply_cell(name, cl, to)
                 .with_context(|| format!("configuring cell {name}"))?;
         }
+        fault_pause();
         // 4. Reservations.
         let mut rephase = Vec::new();
         for (name, cl) in &to.cells {
@@ -136,6 +158,7 @@ impl Enforcer {
                 }
             }
         }
+        fault_pause();
         // 5. Dedicated cells that spin: spinners, and a 1 ns timer slack for their threads.
         self.spinners
             .start_wanted(b, to)
@@ -143,6 +166,7 @@ impl Enforcer {
         for name in to.cells.iter().filter(|(_, c)| c.idle_spin).map(|(n, _)| n) {
             crate::idle::set_timer_slack(b, name, 1, &self.spinners.pids(name));
         }
+        fault_pause();
         // 6. IRQs and kernel workers off dedicated harts.
         let dedicated_changed = from.is_none_or(|f| f.dedicated != to.dedicated);
         if self.steer_irqs && dedicated_changed {
@@ -152,6 +176,11 @@ impl Enforcer {
                 tracing::debug!(irqs = ?r.unmovable, "IRQs the kernel does not let move");
             }
             self.irqs_steered = r.steered;
+        }
+        // Other software's cgroups that undermine the layout cannot be fixed by tess: say so.
+        self.conflicts = b.foreign_conflicts(to);
+        for c in &self.conflicts {
+            tracing::warn!("{c}");
         }
         // 7. Stray tasks out of the root (v1).
         if from.is_none_or(|f| f.system != to.system || f.dedicated != to.dedicated) {

@@ -782,6 +782,7 @@ impl Engine {
                 .collect(),
             cells: self.cluster.cells.len(),
             irqs_steered: self.enforcer.irqs_steered,
+            warnings: self.enforcer.conflicts.clone(),
             state_dir: self.config.state_dir.display().to_string(),
         }
     }

@@ -358,6 +358,51 @@ impl Backend for V1 {
     fn cell_cpuset_dir(&self, name: &str) -> PathBuf {
         self.cell_dir(&self.paths.cpuset, name)
     }
+
+    fn foreign_conflicts(&self, layout: &Layout) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack: Vec<PathBuf> = self
+            .fs
+            .children(&self.paths.cpuset)
+            .into_iter()
+            .filter(|c| *c != self.group)
+            .map(|c| self.paths.cpuset.join(c))
+            .collect();
+        while let Some(dir) = stack.pop() {
+            let cpus: HartSet = self
+                .fs
+                .read(&dir.join(cpuset::CPUS))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or_default();
+            let balanced = self
+                .fs
+                .read(&dir.join(cpuset::SCHED_LOAD_BALANCE))
+                .is_ok_and(|s| s.trim() == "1");
+            let tasks = !self
+                .fs
+                .read_ids(&dir.join(TASKS))
+                .unwrap_or_default()
+                .is_empty();
+            if tasks && cpus.intersects(&layout.dedicated) {
+                out.push(format!(
+                    "{} holds tasks allowed on dedicated harts {}",
+                    dir.display(),
+                    cpus.intersection(&layout.dedicated)
+                ));
+            }
+            if balanced && cpus.intersects(&layout.reserved) && cpus.len() > 1 {
+                out.push(format!(
+                    "{} balances load across harts {cpus}, merging the scheduling domains of reserved harts {} (set its cpuset.sched_load_balance to 0)",
+                    dir.display(),
+                    cpus.intersection(&layout.reserved)
+                ));
+            } else if !balanced {
+                stack.extend(self.fs.children(&dir).into_iter().map(|c| dir.join(c)));
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

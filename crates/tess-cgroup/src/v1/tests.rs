@@ -180,6 +180,34 @@ fn attach_remove_and_sweep() {
 }
 
 #[test]
+fn foreign_cpusets_that_break_the_layout_are_reported() {
+    let f = fake();
+    let et = Policy::EventTriggered {
+        period: Duration::from_millis(10),
+        budget: Duration::from_millis(2),
+    };
+    let layout = apply(
+        &f,
+        &cluster(&[("ctl", et, "2"), ("syn", Policy::Dedicated, "3")]),
+    );
+    let docker = f.root.join("cpuset/docker");
+    std::fs::create_dir(&docker).unwrap();
+    std::fs::write(docker.join("cpuset.cpus"), "0-3").unwrap();
+    std::fs::write(docker.join("cpuset.sched_load_balance"), "1").unwrap();
+    std::fs::write(docker.join("tasks"), "77\n").unwrap();
+    let c = f.backend.foreign_conflicts(&layout);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert!(c[0].contains("dedicated harts 3"), "{c:?}");
+    assert!(
+        c[1].contains("merging the scheduling domains of reserved harts 2"),
+        "{c:?}"
+    );
+    std::fs::write(docker.join("cpuset.sched_load_balance"), "0").unwrap();
+    std::fs::write(docker.join("cpuset.cpus"), "0-1").unwrap();
+    assert!(f.backend.foreign_conflicts(&layout).is_empty());
+}
+
+#[test]
 fn teardown_restores_the_root() {
     let f = fake();
     apply(&f, &cluster(&[("synth", Policy::Dedicated, "3")]));

@@ -253,6 +253,11 @@ impl Backend for V2 {
         self.current_dir(name)
             .unwrap_or_else(|| self.top().join("cells").join(name))
     }
+
+    fn foreign_conflicts(&self, _layout: &Layout) -> Vec<String> {
+        // Partitions are exclusive on v2: the kernel itself keeps everyone else off.
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

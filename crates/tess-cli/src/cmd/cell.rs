@@ -275,8 +275,10 @@ pub fn run(cmd: CellCmd) -> anyhow::Result<i32> {
                 name: a.name.clone(),
                 policy: policy_from(a.policy, &a.shape)?,
                 harts: harts_of(&a.shape)?.unwrap_or(HartRequest::Count(1)),
-                memory_max: optional_limit("memory", &a.shape.memory, parse_mem)?.and_then(LimitChange::value),
-                pids_max: optional_limit("pids", &a.shape.pids, parse_count)?.and_then(LimitChange::value),
+                memory_max: optional_limit("memory", &a.shape.memory, parse_mem)?
+                    .and_then(LimitChange::value),
+                pids_max: optional_limit("pids", &a.shape.pids, parse_count)?
+                    .and_then(LimitChange::value),
                 pinned: a.pinned,
                 idle: a.idle.map(Into::into),
             };

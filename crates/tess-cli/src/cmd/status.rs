@@ -68,5 +68,8 @@ pub fn run(a: StatusArgs) -> anyhow::Result<i32> {
         ]);
     }
     print!("{}", t.render());
+    for w in &s.warnings {
+        println!("warning: {w}");
+    }
     Ok(0)
 }

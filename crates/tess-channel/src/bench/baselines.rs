@@ -1,0 +1,302 @@
+//! Baselines measured in the same run as the channel: the hardware floor (a bare flag
+//! ping-pong), a raw futex ping-pong, a Unix-domain socket pair, a pipe, and single-core memcpy.
+
+use super::proc::{spawn_pinned, SharedPage};
+use super::BenchOptions;
+use anyhow::{bail, Context};
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use tess_sched::clock::now_ns;
+
+/// Longest a baseline waits for its peer before giving up (the peer died or is starved).
+const STALL_NS: u64 = 10_000_000_000;
+
+/// Spins until `word` holds `want`; false if that takes longer than [`STALL_NS`] or `alive`
+/// (asked every so often) says the peer is gone.
+#[inline]
+fn spin_for(word: &AtomicU64, want: u64, mut alive: impl FnMut() -> bool) -> bool {
+    let mut n = 0u32;
+    let mut since = 0;
+    while word.load(Ordering::Acquire) != want {
+        std::hint::spin_loop();
+        n = n.wrapping_add(1);
+        if n % 65_536 == 0 {
+            let now = now_ns();
+            if since == 0 {
+                since = now;
+            } else if now - since > STALL_NS || !alive() {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+fn stalled(what: &str, how: Option<String>) -> anyhow::Error {
+    match how {
+        Some(how) => anyhow::anyhow!("{what} peer {how}"),
+        None => anyhow::anyhow!("{what} peer stalled for {} s", STALL_NS / 1_000_000_000),
+    }
+}
+
+/// Bare shared-memory ping-pong: each side owns one flag on its own 128-byte slot and spins on
+/// the other's. The same line traffic a channel message needs at the least, with no ring.
+pub(crate) fn flag_rtt(o: &BenchOptions, samples: usize) -> anyhow::Result<Vec<u64>> {
+    let page = SharedPage::new()?;
+    let (ping, pong) = (page.word(0), page.word(128));
+    let total = (o.warmup + samples) as u64;
+    let mut child = spawn_pinned(o.child_hart, || {
+        for i in 1..=total {
+            if !spin_for(ping, i, || true) {
+                return 1;
+            }
+            pong.store(i, Ordering::Release);
+        }
+        0
+    })?;
+    let mut out = Vec::with_capacity(samples);
+    for i in 1..=total {
+        let t0 = now_ns();
+        ping.store(i, Ordering::Release);
+        let mut how = None;
+        if !spin_for(pong, i, || {
+            how = child.exited();
+            how.is_none()
+        }) {
+            return Err(stalled("flag ping-pong", how));
+        }
+        let dt = now_ns() - t0;
+        if i > o.warmup as u64 {
+            out.push(dt);
+        }
+    }
+    child.wait("flag ping-pong")?;
+    Ok(out)
+}
+
+fn futex_word(page: &SharedPage, off: usize) -> &AtomicU32 {
+    // SAFETY: `word` checks that 8 bytes at `off` are in bounds and 8-aligned, so their first
+    // 4 bytes are an in-bounds, aligned u32; both sides use only this u32 view of the slot.
+    unsafe { &*(page.word(off) as *const AtomicU64 as *const AtomicU32) }
+}
+
+fn futex_wait(w: &AtomicU32, val: u32) {
+    let ts = libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
+    // SAFETY: `w` is an aligned u32 in a live shared mapping; `ts` is a valid timespec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            val,
+            &ts as *const libc::timespec,
+            0,
+            0,
+        )
+    };
+}
+
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: `w` is an aligned u32 in a live shared mapping.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, 1, 0, 0, 0) };
+}
+
+/// Waits on a futex until `w` holds `want`; false after [`STALL_NS`].
+fn futex_until(w: &AtomicU32, want: u32) -> bool {
+    let start = now_ns();
+    loop {
+        let v = w.load(Ordering::Acquire);
+        if v == want {
+            return true;
+        }
+        if now_ns() - start > STALL_NS {
+            return false;
+        }
+        futex_wait(w, v);
+    }
+}
+
+/// Raw futex ping-pong: each side stores the counter, always `FUTEX_WAKE`s, and sleeps in
+/// `FUTEX_WAIT` until the other's counter moves. No spinning: the kernel's wake-up path is the
+/// whole cost, which is what the channel's blocking mode is compared against.
+pub(crate) fn futex_rtt(o: &BenchOptions, samples: usize) -> anyhow::Result<Vec<u64>> {
+    let page = SharedPage::new()?;
+    let (ping, pong) = (futex_word(&page, 0), futex_word(&page, 128));
+    let total = (o.warmup.min(1000) + samples) as u32;
+    let child = spawn_pinned(o.child_hart, || {
+        for i in 1..=total {
+            if !futex_until(ping, i) {
+                return 1;
+            }
+            pong.store(i, Ordering::Release);
+            futex_wake(pong);
+        }
+        0
+    })?;
+    let mut out = Vec::with_capacity(samples);
+    for i in 1..=total {
+        let t0 = now_ns();
+        ping.store(i, Ordering::Release);
+        futex_wake(ping);
+        if !futex_until(pong, i) {
+            bail!("futex ping-pong peer stalled");
+        }
+        let dt = now_ns() - t0;
+        if i as usize > o.warmup.min(1000) {
+            out.push(dt);
+        }
+    }
+    child.wait("futex ping-pong")?;
+    Ok(out)
+}
+
+fn write_all(fd: RawFd, buf: &[u8]) -> bool {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: writing from a valid buffer range.
+        let n = unsafe { libc::write(fd, buf[done..].as_ptr().cast(), buf.len() - done) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+fn read_exact(fd: RawFd, buf: &mut [u8]) -> bool {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: reading into a valid buffer range.
+        let n = unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+/// Ping-pong of `size`-byte messages over a pair of byte streams (`parent_tx -> child_rx`,
+/// `child_tx -> parent_rx`), blocking reads and writes. `child_owned` holds the child's
+/// descriptors; the parent closes its copies after the fork so that the child's death shows
+/// as end-of-file.
+fn stream_rtt(
+    o: &BenchOptions,
+    samples: usize,
+    size: usize,
+    (parent_tx, parent_rx): (RawFd, RawFd),
+    (child_rx, child_tx): (RawFd, RawFd),
+    child_owned: Vec<OwnedFd>,
+) -> anyhow::Result<Vec<u64>> {
+    let total = o.warmup.min(1000) + samples;
+    let child = spawn_pinned(o.child_hart, || {
+        let mut buf = [0u8; 4096];
+        let b = &mut buf[..size];
+        for _ in 0..total {
+            if !read_exact(child_rx, b) || !write_all(child_tx, b) {
+                return 1;
+            }
+        }
+        0
+    })?;
+    drop(child_owned);
+    let msg = vec![0x5au8; size];
+    let mut back = vec![0u8; size];
+    let mut out = Vec::with_capacity(samples);
+    for i in 0..total {
+        let t0 = now_ns();
+        if !write_all(parent_tx, &msg) || !read_exact(parent_rx, &mut back) {
+            bail!("stream ping-pong peer went away");
+        }
+        let dt = now_ns() - t0;
+        if i >= o.warmup.min(1000) {
+            out.push(dt);
+        }
+    }
+    child.wait("stream ping-pong")?;
+    Ok(out)
+}
+
+fn owned_pair(fds: [RawFd; 2]) -> (OwnedFd, OwnedFd) {
+    // SAFETY: both descriptors were just created by the caller and are owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Unix-domain stream socket pair ping-pong of `size` bytes.
+pub(crate) fn uds_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow::Result<Vec<u64>> {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` is a valid two-element array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error()).context("socketpair");
+    }
+    let (p, c) = owned_pair(fds);
+    let c_raw = c.as_raw_fd();
+    stream_rtt(
+        o,
+        samples,
+        size,
+        (p.as_raw_fd(), p.as_raw_fd()),
+        (c_raw, c_raw),
+        vec![c],
+    )
+}
+
+/// Pipe ping-pong of `size` bytes (two pipes, one per direction).
+pub(crate) fn pipe_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow::Result<Vec<u64>> {
+    let mut down = [-1; 2];
+    let mut up = [-1; 2];
+    // SAFETY: valid two-element arrays.
+    if unsafe { libc::pipe2(down.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        // SAFETY: as above.
+        || unsafe { libc::pipe2(up.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+    {
+        return Err(std::io::Error::last_os_error()).context("pipe2");
+    }
+    let (down_r, down_w) = owned_pair(down);
+    let (up_r, up_w) = owned_pair(up);
+    let child_ends = (down_r.as_raw_fd(), up_w.as_raw_fd());
+    stream_rtt(
+        o,
+        samples,
+        size,
+        (down_w.as_raw_fd(), up_r.as_raw_fd()),
+        child_ends,
+        vec![down_r, up_w],
+    )
+}
+
+/// Single-core memcpy bandwidth in bytes/s: `chunk`-byte copies from a hot source into a
+/// destination cycling through `region` bytes (the channel ring's size, so the working set
+/// matches), for about `duration_ns`.
+pub(crate) fn memcpy_bandwidth(chunk: usize, region: usize, duration_ns: u64) -> f64 {
+    let src = vec![0xa5u8; chunk];
+    let mut dst = vec![0u8; region.max(chunk)];
+    let per_pass = dst.len() / chunk * chunk;
+    let mut bytes = 0u64;
+    let t0 = now_ns();
+    let mut elapsed;
+    loop {
+        for off in (0..per_pass).step_by(chunk) {
+            dst[off..off + chunk].copy_from_slice(std::hint::black_box(&src));
+        }
+        std::hint::black_box(&mut dst);
+        bytes += per_pass as u64;
+        elapsed = now_ns() - t0;
+        if elapsed >= duration_ns {
+            break;
+        }
+    }
+    bytes as f64 * 1e9 / elapsed as f64
+}

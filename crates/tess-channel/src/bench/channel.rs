@@ -1,0 +1,153 @@
+//! The channel's own measurements: round trips (busy-poll, blocking) and one-way throughput,
+//! between this process and a forked peer on another hart.
+
+use super::proc::spawn_pinned;
+use super::BenchOptions;
+use crate::{Channel, ChannelOptions, Endpoint, RecvError, Wait};
+use anyhow::{bail, Context};
+use tess_sched::clock::now_ns;
+
+/// Largest message the benchmark sends.
+pub(crate) const MAX_SIZE: usize = 4480;
+
+/// A channel pair with side B opened before the fork (the child must not allocate).
+fn pair(capacity: usize) -> anyhow::Result<(Endpoint, Endpoint)> {
+    Channel::pair(&ChannelOptions {
+        capacity,
+        max_message_size: MAX_SIZE,
+    })
+    .context("creating the benchmark channel")
+}
+
+/// Echo peer: sends back every message, copying it once from the incoming ring into the
+/// outgoing one (peek, reserve, commit, release), until an empty one.
+fn echo(b: &mut Endpoint) -> i32 {
+    let (tx, rx) = b.halves();
+    loop {
+        let m = match rx.peek() {
+            Ok(m) => m,
+            Err(_) => return 1,
+        };
+        if m.is_empty() {
+            return 0;
+        }
+        match tx.reserve(m.len()) {
+            Ok(mut slot) => {
+                slot.copy_from_slice(&m);
+                slot.commit();
+            }
+            Err(_) => return 2,
+        }
+        m.release();
+    }
+}
+
+/// Round trips of each size in `sizes` (`samples` each, after a warm-up), with both sides
+/// waiting as `wait` says. Returns one sample vector (ns) per size.
+pub(crate) fn rtt(
+    o: &BenchOptions,
+    sizes: &[usize],
+    samples: usize,
+    wait: Wait,
+) -> anyhow::Result<Vec<Vec<u64>>> {
+    let (mut a, mut b) = pair(o.capacity)?;
+    a.set_wait(wait);
+    b.set_wait(wait);
+    let child = spawn_pinned(o.child_hart, || echo(&mut b))?;
+    b.discard();
+    let msg = vec![0x3cu8; MAX_SIZE];
+    let mut back = vec![0u8; MAX_SIZE];
+    let mut all = Vec::new();
+    for &size in sizes {
+        let mut out = Vec::with_capacity(samples);
+        for i in 0..o.warmup + samples {
+            let t0 = now_ns();
+            a.send(&msg[..size]).context("channel send")?;
+            let n = a.recv(&mut back).context("channel recv")?;
+            let dt = now_ns() - t0;
+            if n != size {
+                bail!("echo returned {n} bytes for {size}");
+            }
+            if i >= o.warmup {
+                out.push(dt);
+            }
+        }
+        all.push(out);
+    }
+    a.send(&[]).context("stopping the echo peer")?;
+    child.wait("channel echo")?;
+    Ok(all)
+}
+
+/// One-way throughput of `size`-byte messages for about `duration_ns`: the producer sends
+/// batches of `batch` (one publishing store each), the consumer takes batches and copies every
+/// message out. Returns (messages/s, bytes/s), timed until the consumer acknowledges the last.
+pub(crate) fn throughput(
+    o: &BenchOptions,
+    size: usize,
+    batch: usize,
+    duration_ns: u64,
+) -> anyhow::Result<(f64, f64)> {
+    let (mut a, mut b) = pair(o.tput_capacity)?;
+    a.set_wait(Wait::BusyPoll);
+    b.set_wait(Wait::BusyPoll);
+    let child = spawn_pinned(o.child_hart, || {
+        let mut copy = [0u8; MAX_SIZE];
+        let mut count: u64 = 0;
+        let mut stop = false;
+        while !stop {
+            let r = b.recv_batch(256, |m| {
+                if m.is_empty() {
+                    stop = true;
+                } else {
+                    copy[..m.len()].copy_from_slice(m);
+                    count += 1;
+                }
+            });
+            std::hint::black_box(&copy);
+            if r.is_err() {
+                return 1;
+            }
+        }
+        if b.send(&count.to_le_bytes()).is_err() {
+            return 2;
+        }
+        0
+    })?;
+    b.discard();
+    let msg = vec![0x77u8; size];
+    let msgs: Vec<&[u8]> = vec![&msg[..]; batch];
+    // Warm up briefly so that both sides are spinning before the clock starts.
+    for _ in 0..1000 {
+        a.send(&msg).context("channel send")?;
+    }
+    let mut sent: u64 = 0;
+    let t0 = now_ns();
+    loop {
+        match a.try_send_batch(&msgs) {
+            Ok(n) => sent += n as u64,
+            Err(crate::TrySendError::Full) => std::hint::spin_loop(),
+            Err(e) => return Err(e).context("channel batch send"),
+        }
+        if now_ns() - t0 >= duration_ns {
+            break;
+        }
+    }
+    a.send(&[]).context("channel send")?;
+    let mut ack = [0u8; 8];
+    match a.recv(&mut ack) {
+        Ok(8) => {}
+        Ok(n) => bail!("throughput peer acknowledged with {n} bytes"),
+        Err(RecvError::Disconnected) => bail!("throughput peer died"),
+        Err(e) => return Err(e).context("channel recv"),
+    }
+    let elapsed = (now_ns() - t0) as f64 / 1e9;
+    let received = u64::from_le_bytes(ack);
+    child.wait("channel throughput")?;
+    let counted = received.saturating_sub(1000);
+    if counted != sent {
+        bail!("throughput peer received {counted} of {sent} messages");
+    }
+    let rate = sent as f64 / elapsed;
+    Ok((rate, rate * size as f64))
+}

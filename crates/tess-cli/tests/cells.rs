@@ -1,0 +1,586 @@
+//! Cells on the real kernel: lifecycle, admission, atomic apply, confinement, crash recovery,
+//! unprivileged users. Run as root (CI does); each test starts a private tessd.
+
+mod common;
+
+use common::{is_root, outcome, read, serial, Daemon};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+macro_rules! need_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+    };
+}
+
+#[test]
+fn lifecycle_and_exit_codes() {
+    need_root!();
+    let _s = serial();
+    let d = Daemon::start();
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "ctl",
+        "--policy",
+        "event-triggered",
+        "--period",
+        "10ms",
+        "--budget",
+        "2ms",
+        "--hart-ids",
+        "1",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // The cpuset is real and exclusive of nothing else yet.
+    assert_eq!(read(d.cpuset_root().join("cells/ctl/cpuset.cpus")), "1");
+    // Hart 1 now carries a reservation: it is its own root domain, and the system stays off it.
+    assert_eq!(
+        read(d.cpuset_root().join("domains/1/cpuset.sched_load_balance")),
+        "1"
+    );
+    assert_eq!(read(d.cpuset_root().join("system/cpuset.cpus")), "0");
+    let v = d.json(&["cell", "show", "ctl"]);
+    assert_eq!(v["policy"]["kind"], "event-triggered");
+    // Usage errors: 2; missing cell: 5; duplicate: 6.
+    assert_eq!(
+        outcome(&d.tess(&[
+            "cell",
+            "create",
+            "x",
+            "--policy",
+            "time-triggered",
+            "--period",
+            "10ms"
+        ]))
+        .0,
+        2
+    );
+    assert_eq!(outcome(&d.tess(&["cell", "show", "nope"])).0, 5);
+    let dup = d.tess(&["cell", "create", "ctl", "--policy", "best-effort"]);
+    assert_eq!(outcome(&dup).0, 6);
+    // Resize, then delete: the cgroup goes and the hart returns to the pool.
+    let o = d.tess(&[
+        "cell", "resize", "ctl", "--budget", "3ms", "--memory", "64M",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    assert_eq!(
+        read(format!(
+            "/sys/fs/cgroup/memory/{}/cells/ctl/memory.limit_in_bytes",
+            d.group
+        )),
+        (64u64 << 20).to_string()
+    );
+    let o = d.tess(&["cell", "resize", "ctl", "--memory", "none"]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    assert!(d.json(&["cell", "show", "ctl"])["memory_max"].is_null());
+    assert_eq!(outcome(&d.tess(&["cell", "delete", "ctl"])).0, 0);
+    assert!(!d.cpuset_root().join("cells/ctl").exists());
+    assert_eq!(read(d.cpuset_root().join("system/cpuset.cpus")), "0-1");
+}
+
+#[test]
+fn admission_refusals_name_resource_hart_and_amount() {
+    need_root!();
+    let _s = serial();
+    let d = Daemon::start();
+    let ok = |args: &[&str]| {
+        let o = d.tess(args);
+        assert_eq!(outcome(&o).0, 0, "{args:?}: {}", outcome(&o).1);
+    };
+    ok(&[
+        "cell",
+        "create",
+        "a",
+        "--policy",
+        "time-triggered",
+        "--period",
+        "10ms",
+        "--active",
+        "3ms",
+        "--offset",
+        "0ms",
+        "--hart-ids",
+        "1",
+    ]);
+    let (code, err) = outcome(&d.tess(&[
+        "cell",
+        "create",
+        "e",
+        "--policy",
+        "dedicated",
+        "--hart-ids",
+        "1",
+    ]));
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("hart 1 cannot be dedicated to cell 'e' while cell 'a' runs there too"),
+        "{err}"
+    );
+    ok(&[
+        "cell",
+        "create",
+        "syn",
+        "--policy",
+        "dedicated",
+        "--hart-ids",
+        "0",
+        "--idle",
+        "halt",
+    ]);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "cell",
+                "create",
+                "b",
+                "--policy",
+                "time-triggered",
+                "--period",
+                "10ms",
+                "--active",
+                "3ms",
+                "--offset",
+                "2ms",
+                "--hart-ids",
+                "1",
+            ],
+            "time-triggered windows collide on hart 1",
+        ),
+        (
+            &[
+                "cell",
+                "create",
+                "c",
+                "--policy",
+                "event-triggered",
+                "--period",
+                "10ms",
+                "--budget",
+                "7ms",
+                "--hart-ids",
+                "1",
+            ],
+            "cpu time on hart 1 over-committed by 5.0%",
+        ),
+        (
+            &[
+                "cell",
+                "create",
+                "d",
+                "--policy",
+                "dedicated",
+                "--hart-ids",
+                "0",
+            ],
+            "hart 0 is dedicated to cell 'syn'; cell 'd' asks for it too",
+        ),
+        (
+            &[
+                "cell",
+                "create",
+                "e",
+                "--policy",
+                "dedicated",
+                "--hart-ids",
+                "1",
+            ],
+            "dedicating harts 0-1 would leave 0 shared hart(s) for the system",
+        ),
+        (
+            &[
+                "cell",
+                "create",
+                "f",
+                "--policy",
+                "best-effort",
+                "--hart-ids",
+                "5",
+            ],
+            "asks for hart 5",
+        ),
+        (
+            &[
+                "cell",
+                "create",
+                "g",
+                "--policy",
+                "dedicated",
+                "--harts",
+                "1",
+            ],
+            "dedicated hart(s) but only 0",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, err) = outcome(&d.tess(args));
+        assert_eq!(code, 3, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: got {err:?}, want {want:?}");
+    }
+    // A pinned cell cannot change.
+    ok(&["cell", "pin", "a"]);
+    let (code, err) = outcome(&d.tess(&["cell", "resize", "a", "--active", "2ms"]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("is pinned"), "{err}");
+    ok(&["cell", "unpin", "a"]);
+    ok(&["cell", "resize", "a", "--active", "2ms"]);
+    // Nothing refused left a trace.
+    let names: Vec<String> = d.cells().into_iter().map(|c| c.0).collect();
+    assert_eq!(names, vec!["a", "syn"]);
+}
+
+#[test]
+fn apply_is_atomic_and_idempotent() {
+    need_root!();
+    let _s = serial();
+    let d = Daemon::start();
+    let good = d.manifest("good.toml", "[cells.x]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"2ms\"\nhart-ids = [1]\n\n[cells.y]\npolicy = \"best-effort\"\nharts = 1\n");
+    let o = d.tess(&["apply", good.to_str().unwrap()]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let before = d.cells();
+    // Applying again changes nothing.
+    let v = d.json(&["apply", good.to_str().unwrap()]);
+    assert_eq!(v["unchanged"].as_array().unwrap().len(), 2);
+    // One impossible cell refuses the whole manifest: x's change and z's creation do not happen.
+    let bad = d.manifest("bad.toml", "[cells.x]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"3ms\"\nhart-ids = [1]\n\n[cells.z]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"9ms\"\nhart-ids = [1]\n");
+    let (code, err) = outcome(&d.tess(&["apply", bad.to_str().unwrap()]));
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(d.cells(), before);
+    assert_eq!(
+        d.json(&["cell", "show", "x"])["policy"]["budget"],
+        2_000_000
+    );
+    assert!(!d.cpuset_root().join("cells/z").exists());
+    // A malformed manifest is a usage error.
+    let broken = d.manifest(
+        "broken.toml",
+        "[cells.q]\npolicy = \"dedicated\"\nbudget = \"1ms\"\n",
+    );
+    assert_eq!(outcome(&d.tess(&["apply", broken.to_str().unwrap()])).0, 2);
+    // --dry-run reports the refusal, or the placement, and changes nothing.
+    assert_eq!(
+        outcome(&d.tess(&["apply", "--dry-run", bad.to_str().unwrap()])).0,
+        3
+    );
+    let more = d.manifest(
+        "more.toml",
+        "[cells.w]\npolicy = \"best-effort\"\nharts = 1\n",
+    );
+    let v = d.json(&["apply", "--dry-run", more.to_str().unwrap()]);
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["created"], serde_json::json!(["w"]));
+    assert_eq!(d.cells(), before);
+}
+
+#[test]
+fn run_confines_programs_and_reserves_cpu() {
+    need_root!();
+    let _s = serial();
+    let d = Daemon::start();
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "rt",
+        "--policy",
+        "event-triggered",
+        "--period",
+        "10ms",
+        "--budget",
+        "2ms",
+        "--hart-ids",
+        "1",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // A program with a child and a thread: everything lands in the cell, under SCHED_DEADLINE,
+    // with the budget split, on hart 1.
+    let mut prog = Command::new(common::tess_bin())
+        .args([
+            "run",
+            "--cell",
+            "rt",
+            "--",
+            "sh",
+            "-c",
+            "sleep 30 & sleep 30",
+        ])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let threads = loop {
+        let v = d.json(&["cell", "show", "rt"]);
+        let th = v["threads"].as_array().unwrap().clone();
+        if th.len() >= 3
+            && th
+                .iter()
+                .all(|t| t["sched"].as_str().unwrap().starts_with("SCHED_DEADLINE"))
+        {
+            break th;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "threads not all reserved: {th:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for t in &threads {
+        assert_eq!(t["affinity"], serde_json::json!([1]));
+        let cg = read(format!("/proc/{}/cgroup", t["tid"]));
+        assert!(
+            cg.contains(&format!("cpuset:/{}/cells/rt", d.group)),
+            "{cg}"
+        );
+    }
+    // The budget is split three ways.
+    assert!(
+        threads
+            .iter()
+            .all(|t| t["sched"].as_str().unwrap().contains("666666ns/10ms/10ms")),
+        "{threads:?}"
+    );
+    let _ = prog.kill();
+    let _ = prog.wait();
+    let _ = Command::new("pkill").args(["-f", "sleep 30"]).status();
+    // --reserve: an ephemeral cell removed once the program exits.
+    let o = d.tess(&["run", "--reserve", "1ms/10ms", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "exit status passes through: {}",
+        outcome(&o).1
+    );
+    let t0 = Instant::now();
+    while d.cells().iter().any(|c| c.0.starts_with("run-")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "ephemeral cell not removed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A program that cannot start: 127, and the cell still goes away.
+    assert_eq!(
+        d.tess(&["run", "--reserve", "1ms/10ms", "--", "/nonexistent"])
+            .status
+            .code(),
+        Some(127)
+    );
+}
+
+#[test]
+fn sigkill_mid_apply_leaves_the_last_committed_state() {
+    need_root!();
+    let _s = serial();
+    let mut d = Daemon::start();
+    // Two states to flip between: A has k1 (reserved, hart 1) and k2 (best-effort), B has k1
+    // moved to dedicated on hart 1 and k3 created.
+    let sa = d.manifest("sa.toml", "delete = [\"k3\"]\n\n[cells.k1]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"1ms\"\nhart-ids = [1]\n\n[cells.k2]\npolicy = \"best-effort\"\nhart-ids = [0]\n");
+    let sb = d.manifest("sb.toml", "delete = [\"k2\"]\n\n[cells.k1]\npolicy = \"dedicated\"\nhart-ids = [1]\nidle = \"halt\"\n\n[cells.k3]\npolicy = \"best-effort\"\nhart-ids = [0]\nmemory = \"64M\"\n");
+    let o = d.tess(&["apply", sa.to_str().unwrap()]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // A process that must stay confined through every crash.
+    let mut holder = Command::new(common::tess_bin())
+        .args(["run", "--cell", "k1", "--", "sleep", "600"])
+        .env("TESS_SOCKET", &d.socket)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let holder_pid = holder.id();
+    let state_a = vec![
+        ("k1".to_string(), "1".to_string()),
+        ("k2".to_string(), "0".to_string()),
+    ];
+    let state_b = vec![
+        ("k1".to_string(), "1".to_string()),
+        ("k3".to_string(), "0".to_string()),
+    ];
+    // The daemon pauses 3 ms between enforcement steps, so a transaction takes about 25 ms and
+    // kills spread over 0-40 ms after the request land before, inside (with the kernel half
+    // changed) and after the commit.
+    d.env.push(("TESSD_FAULT_PAUSE_US".into(), "3000".into()));
+    d.kill9();
+    d.spawn();
+    let mut seen = (0, 0);
+    let mut half_done = 0;
+    let mut current = &sa;
+    for i in 0..16u64 {
+        let target = if current == &sa { &sb } else { &sa };
+        let mut client = Command::new(common::tess_bin())
+            .args(["apply", target.to_str().unwrap()])
+            .env("TESS_SOCKET", &d.socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait until the request is on its way (the client connected), then kill at a spread of
+        // instants through the transaction.
+        std::thread::sleep(Duration::from_millis(5) + Duration::from_micros((i * 2_700) % 40_000));
+        d.kill9();
+        let _ = client.wait();
+        let dirs_at_kill = cell_dirs(&d);
+        if dirs_at_kill != ["k1", "k2"] && dirs_at_kill != ["k1", "k3"] {
+            half_done += 1;
+        }
+        d.spawn();
+        let cells = d.cells();
+        if cells == state_a {
+            seen.0 += 1;
+            current = &sa;
+        } else if cells == state_b {
+            seen.1 += 1;
+            current = &sb;
+        } else {
+            panic!(
+                "after a kill the cells are neither state A nor B: {cells:?}\n{}",
+                d.log()
+            );
+        }
+        // The kernel matches the listing: every cell's cgroup exists with its harts, and nothing
+        // else is left under tess's subtree.
+        let names: Vec<String> = cells.iter().map(|c| c.0.clone()).collect();
+        assert_eq!(
+            cell_dirs(&d),
+            names,
+            "cgroups do not match the committed cells"
+        );
+        for (name, harts) in &cells {
+            assert_eq!(
+                &read(d.cpuset_root().join("cells").join(name).join("cpuset.cpus")),
+                harts
+            );
+        }
+        // The holder is still confined in k1.
+        let cg = read(format!("/proc/{holder_pid}/cgroup"));
+        assert!(
+            cg.contains(&format!("cpuset:/{}/cells/k1", d.group)),
+            "holder escaped: {cg}"
+        );
+    }
+    eprintln!(
+        "states after kills: A {} times, B {} times; kernel half-changed at {half_done} kills",
+        seen.0, seen.1
+    );
+    // Kills landed both before and after commits (and, with the pauses, inside enforcement).
+    assert!(
+        seen.1 > 0,
+        "no change ever committed: the kills all came too early"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = Command::new("pkill").args(["-f", "sleep 600"]).status();
+}
+
+/// Cell cgroups present under the daemon's subtree, sorted.
+fn cell_dirs(d: &Daemon) -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(d.cpuset_root().join("cells"))
+        .map(|rd| {
+            rd.filter_map(|e| {
+                let e = e.ok()?;
+                e.file_type()
+                    .ok()?
+                    .is_dir()
+                    .then(|| e.file_name().into_string().ok())
+                    .flatten()
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn unprivileged_users_get_quotas_and_privacy() {
+    need_root!();
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: needs setpriv");
+        return;
+    }
+    let _s = serial();
+    let d = Daemon::start();
+    // The socket must be reachable by others.
+    let _ = std::fs::set_permissions(
+        d.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    );
+    let (alice, bob) = (41001u32, 41002u32);
+    // No quota: nothing.
+    let (code, err) =
+        outcome(&d.tess_as(alice, &["cell", "create", "a1", "--policy", "best-effort"]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("quota"), "{err}");
+    let o = d.tess(&[
+        "quota",
+        "set",
+        &alice.to_string(),
+        "--max-cells",
+        "1",
+        "--max-harts",
+        "1",
+        "--max-reserved",
+        "0.3",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // Only root sets quotas.
+    assert_eq!(
+        outcome(&d.tess_as(
+            alice,
+            &["quota", "set", &alice.to_string(), "--max-cells", "9"]
+        ))
+        .0,
+        4
+    );
+    let o = d.tess_as(
+        alice,
+        &[
+            "cell",
+            "create",
+            "a1",
+            "--policy",
+            "event-triggered",
+            "--period",
+            "10ms",
+            "--budget",
+            "2ms",
+        ],
+    );
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // Over quota: a second cell, or more reserved CPU.
+    let (code, err) =
+        outcome(&d.tess_as(alice, &["cell", "create", "a2", "--policy", "best-effort"]));
+    assert_eq!(code, 3, "{err}");
+    let (code, err) = outcome(&d.tess_as(alice, &["cell", "resize", "a1", "--budget", "5ms"]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("reserved cpu"), "{err}");
+    // Bob sees nothing of alice's, and cannot touch or run in her cell.
+    let o = d.tess_as(bob, &["cell", "list", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+    assert_eq!(outcome(&d.tess_as(bob, &["cell", "show", "a1"])).0, 5);
+    assert_eq!(outcome(&d.tess_as(bob, &["cell", "delete", "a1"])).0, 5);
+    assert_eq!(
+        outcome(&d.tess_as(bob, &["run", "--cell", "a1", "--", "true"])).0,
+        5
+    );
+    // Alice runs in her own cell, under her reservation.
+    let o = d.tess_as(
+        alice,
+        &[
+            "run",
+            "--cell",
+            "a1",
+            "--",
+            "sh",
+            "-c",
+            "grep cpuset /proc/self/cgroup; chrt -p $$",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", outcome(&o).1);
+    assert!(out.contains("/cells/a1"), "{out}");
+    assert!(out.contains("SCHED_DEADLINE"), "{out}");
+    // Root sees both users' view.
+    assert_eq!(d.cells().len(), 1);
+}

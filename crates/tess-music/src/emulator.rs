@@ -1,0 +1,435 @@
+//! The SLABS emulator: plays a gesture script to the host at the device's real packet rate and
+//! measures, per package, the response time the device sees.
+//!
+//! # Pacing
+//! Packet `k` of the run is due at `start + k * 2 / 44100 s` (computed exactly from the frame
+//! count, see [`slabs::packet_offset_ns`]), one every 45.35 us. No Linux sleep is that precise
+//! (a timer wake-up costs several microseconds and is late by tens on a virtual machine), so the
+//! default [`Pace::Spin`] busy-waits on absolute `CLOCK_MONOTONIC` time and keeps its hart
+//! 100 % busy, like the device's FPGA. [`Pace::Hybrid`] sleeps until `margin` before each packet
+//! and spins the rest (fewer cycles, still precise if wake-ups are earlier than `margin`);
+//! [`Pace::Sleep`] only sleeps (cheap, jittery). Each packet's lateness against its due time is
+//! recorded, so a report shows how faithful the pacing was.
+//!
+//! # Response time (seed 000, Fig. 6)
+//! ```text
+//! t0 = CLOCK_REALTIME just before sendto() of packet 0 of package k (stamped into the packet)
+//! tf = kernel receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) of the answer to package k
+//! response = tf - t0          missed if response > 62 / 44100 s = 1405.896 us, or never answered
+//! ```
+//! The host echoes `t0` in the answer's header, so `tf - t0` needs no lookup; `t0` is the actual
+//! send time (not the due time), so the emulator's own lateness does not count against the host.
+//! Packages whose answers have not arrived `drain` after the last packet count as lost (missed).
+//! The first `warmup` of packages is sent and answered but not measured.
+//!
+//! # Glossary
+//! - **due time**: when the real device would send a packet; **lateness**: actual send time
+//!   minus due time (the emulator's own jitter, reported as `send_lateness_us`).
+//! - **lost**: a measured package with no answer after the drain; counted as a miss.
+//! - **after last packet**: `tf` minus the send time of the package's 16th packet, the share of
+//!   the response that the emulator's pacing cannot inflate.
+//!
+//! # Worked example
+//! A 10 s run with 1 s warm-up sends `ceil(1 s / 725.624 us) = 1,379` warm-up packages, then
+//! measures `ceil(10 s / 725.624 us) = 13,782` more: 15,161 packages, 242,576 packets.
+
+use crate::gesture::Gesture;
+use crate::net::{realtime_ns, Endpoint, NetError, Peer, Wait};
+use crate::slabs::{self, PadSample, FRAMES_PER_PACKET, INPUT_PACKET_BYTES, PACKETS_PER_PACKAGE};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tess_bench::Summary;
+use tess_sched::clock;
+
+/// How the emulator waits for each packet's due time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Busy-wait on absolute time (precise; one hart fully busy).
+    Spin,
+    /// Sleep until `margin` before the due time, then busy-wait.
+    Hybrid {
+        /// Time spun before each packet.
+        margin: Duration,
+    },
+    /// Absolute-time sleeps only (cheap; late by the wake-up latency).
+    Sleep,
+}
+
+impl std::str::FromStr for Pace {
+    type Err = String;
+
+    /// `spin`, `sleep`, or `hybrid:MICROSECONDS`.
+    fn from_str(s: &str) -> Result<Pace, String> {
+        match s {
+            "spin" => Ok(Pace::Spin),
+            "sleep" => Ok(Pace::Sleep),
+            _ => match s.strip_prefix("hybrid:").map(str::parse::<u64>) {
+                Some(Ok(us)) => Ok(Pace::Hybrid {
+                    margin: Duration::from_micros(us),
+                }),
+                _ => Err(format!(
+                    "pace {s:?} is not one of spin, sleep, hybrid:MICROSECONDS"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Pace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pace::Spin => write!(f, "spin"),
+            Pace::Sleep => write!(f, "sleep"),
+            Pace::Hybrid { margin } => write!(f, "hybrid:{}", margin.as_micros()),
+        }
+    }
+}
+
+/// Configuration of one emulator run.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    /// The host's address.
+    pub target: SocketAddr,
+    /// Local address to bind (port 0: any).
+    pub bind: SocketAddr,
+    /// What the pads do.
+    pub gesture: Gesture,
+    /// Measured time (after the warm-up).
+    pub duration: Duration,
+    /// Time sent and answered but not measured.
+    pub warmup: Duration,
+    /// Pacing method.
+    pub pace: Pace,
+    /// How long to wait for the last answers.
+    pub drain: Duration,
+}
+
+impl EmulatorConfig {
+    /// Defaults: 10 s measured after 1 s of warm-up, spinning, 50 ms drain.
+    pub fn new(target: SocketAddr, gesture: Gesture) -> EmulatorConfig {
+        let bind = if target.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        };
+        EmulatorConfig {
+            target,
+            bind: bind.parse().expect("valid address"),
+            gesture,
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            pace: Pace::Spin,
+            drain: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Summary of an emulator run, as printed by `tess-slabs --json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmulatorReport {
+    /// Gesture name.
+    pub gesture: String,
+    /// Host address.
+    pub target: String,
+    /// Pacing method.
+    pub pace: String,
+    /// Packages sent, warm-up included.
+    pub packages_sent: u64,
+    /// Packages measured (sent after the warm-up).
+    pub packages: u64,
+    /// Measured packages answered.
+    pub answered: u64,
+    /// Measured packages never answered.
+    pub lost: u64,
+    /// Measured packages answered after the deadline.
+    pub late: u64,
+    /// `late + lost`.
+    pub misses: u64,
+    /// Answers for packages already answered, unknown or malformed.
+    pub unexpected_answers: u64,
+    /// Answers flagged incomplete by the host.
+    pub incomplete_answers: u64,
+    /// Deadline in microseconds.
+    pub deadline_us: f64,
+    /// `tf - t0` of the answered measured packages, in microseconds.
+    #[serde(skip_deserializing, default)]
+    pub response_us: Summary,
+    /// Worst lateness of a packet within each package against its due time, in microseconds.
+    #[serde(skip_deserializing, default)]
+    pub send_lateness_us: Summary,
+    /// Host compute time per package as reported in the answers, in microseconds.
+    #[serde(skip_deserializing, default)]
+    pub host_compute_us: Summary,
+    /// `tf` minus the send time of the package's last packet (index 15), in microseconds: the
+    /// part of the response after the device finished sending, which the emulator's own pacing
+    /// does not inflate. With exact pacing it is the response minus 680.3 us.
+    #[serde(skip_deserializing, default)]
+    pub after_last_packet_us: Summary,
+}
+
+/// The result of a run: the report plus the raw per-package samples.
+#[derive(Debug, Clone)]
+pub struct EmulatorRun {
+    /// The summary.
+    pub report: EmulatorReport,
+    /// `tf - t0` of every answered measured package, in ns, in package order.
+    pub response_ns: Vec<u32>,
+}
+
+/// Error running the emulator.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    /// The socket could not be set up.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// A send or receive failed.
+    #[error("emulator {op} with {target} failed: {source}")]
+    Io {
+        /// `sendto` or `recvmsg`.
+        op: &'static str,
+        /// Host address.
+        target: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+const NONE: u32 = u32::MAX;
+
+struct State {
+    ep: Endpoint,
+    target: SocketAddr,
+    response: Vec<u32>,
+    compute: Vec<u32>,
+    last_sent_ns: Vec<u64>,
+    after_last: Vec<u32>,
+    unexpected: u64,
+    incomplete: u64,
+    rx: [u8; 2048],
+}
+
+impl State {
+    /// Takes every answer queued on the socket.
+    fn drain(&mut self) -> Result<(), EmulatorError> {
+        loop {
+            let r = self
+                .ep
+                .recv(&mut self.rx, Wait::Poll)
+                .map_err(|source| EmulatorError::Io {
+                    op: "recvmsg",
+                    target: self.target,
+                    source,
+                })?;
+            let Some(r) = r else { return Ok(()) };
+            let h = match slabs::decode_output_header(&self.rx[..r.len.min(self.rx.len())]) {
+                Ok(h) if !r.truncated => h,
+                _ => {
+                    self.unexpected += 1;
+                    continue;
+                }
+            };
+            let k = h.seq as usize;
+            match self.response.get_mut(k) {
+                Some(slot) if *slot == NONE => {
+                    *slot = r
+                        .rx_ns
+                        .saturating_sub(h.timestamp_ns)
+                        .min(u64::from(NONE - 1)) as u32;
+                    self.compute[k] = h.aux;
+                    if self.last_sent_ns[k] != u64::MAX {
+                        self.after_last[k] =
+                            r.rx_ns
+                                .saturating_sub(self.last_sent_ns[k])
+                                .min(u64::from(NONE - 1)) as u32;
+                    }
+                    if h.flags & slabs::FLAG_INCOMPLETE != 0 {
+                        self.incomplete += 1;
+                    }
+                }
+                _ => self.unexpected += 1,
+            }
+        }
+    }
+}
+
+/// Runs the emulator on the calling thread until the configured time has been sent (or `stop`
+/// is set), then waits `drain` for the last answers.
+pub fn run(cfg: &EmulatorConfig, stop: &AtomicBool) -> Result<EmulatorRun, EmulatorError> {
+    let ep = Endpoint::bind(cfg.bind)?;
+    let peer = Peer::from_socket_addr(cfg.target);
+    let period = slabs::PACKAGE_PERIOD_NS;
+    let warmup_packages = clock::ns(cfg.warmup).div_ceil(period) as usize;
+    let total_packages = warmup_packages + clock::ns(cfg.duration).div_ceil(period) as usize;
+    let mut st = State {
+        ep,
+        target: cfg.target,
+        response: vec![NONE; total_packages],
+        compute: vec![0; total_packages],
+        last_sent_ns: vec![u64::MAX; total_packages],
+        after_last: vec![NONE; total_packages],
+        unexpected: 0,
+        incomplete: 0,
+        rx: [0; 2048],
+    };
+    let mut lateness = vec![0u32; total_packages];
+    let mut pkt = [0u8; INPUT_PACKET_BYTES];
+    let mut frames = [[PadSample::default(); slabs::PADS]; FRAMES_PER_PACKET];
+    let start = clock::now_ns() + 2_000_000;
+    let mut sent_packages = 0usize;
+    'packages: for (k, package_lateness) in lateness.iter_mut().enumerate() {
+        for i in 0..PACKETS_PER_PACKAGE {
+            let n = (k * PACKETS_PER_PACKAGE + i) as u64;
+            for (f, frame) in frames.iter_mut().enumerate() {
+                cfg.gesture
+                    .frame(n * FRAMES_PER_PACKET as u64 + f as u64, frame);
+            }
+            slabs::encode_input(&mut pkt, k as u32, i as u16, 0, &frames);
+            let due = start + slabs::packet_offset_ns(n);
+            wait_until(due, cfg.pace, &mut st)?;
+            if stop.load(Ordering::Relaxed) {
+                break 'packages;
+            }
+            let now = clock::now_ns();
+            let t_send = realtime_ns();
+            slabs::stamp(&mut pkt, t_send);
+            if i == PACKETS_PER_PACKAGE - 1 {
+                st.last_sent_ns[k] = t_send;
+            }
+            st.ep
+                .send_to(&pkt, &peer)
+                .map_err(|source| EmulatorError::Io {
+                    op: "sendto",
+                    target: cfg.target,
+                    source,
+                })?;
+            let late = now.saturating_sub(due).min(u64::from(u32::MAX)) as u32;
+            *package_lateness = (*package_lateness).max(late);
+        }
+        sent_packages = k + 1;
+        if !matches!(cfg.pace, Pace::Spin) {
+            st.drain()?;
+        }
+    }
+    let end = clock::now_ns() + clock::ns(cfg.drain);
+    while clock::now_ns() < end {
+        st.drain()?;
+        std::hint::spin_loop();
+    }
+    st.drain()?;
+    Ok(summarise(
+        cfg,
+        st,
+        &lateness,
+        warmup_packages,
+        sent_packages,
+    ))
+}
+
+fn wait_until(due: u64, pace: Pace, st: &mut State) -> Result<(), EmulatorError> {
+    match pace {
+        Pace::Sleep => {
+            clock::sleep_until_ns(due);
+            return Ok(());
+        }
+        Pace::Hybrid { margin } => {
+            let wake = due.saturating_sub(clock::ns(margin));
+            if clock::now_ns() < wake {
+                clock::sleep_until_ns(wake);
+            }
+        }
+        Pace::Spin => {}
+    }
+    // Spin, taking answers while there is time for a receive call (about 1 us).
+    loop {
+        let now = clock::now_ns();
+        if now >= due {
+            return Ok(());
+        }
+        if due - now > 3_000 {
+            st.drain()?;
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn summarise(
+    cfg: &EmulatorConfig,
+    st: State,
+    lateness: &[u32],
+    warmup_packages: usize,
+    sent: usize,
+) -> EmulatorRun {
+    let measured = warmup_packages.min(sent)..sent;
+    let response_ns: Vec<u32> = st.response[measured.clone()]
+        .iter()
+        .copied()
+        .filter(|&r| r != NONE)
+        .collect();
+    let compute_us: Vec<f64> = measured
+        .clone()
+        .filter(|&k| st.response[k] != NONE)
+        .map(|k| f64::from(st.compute[k]) / 1000.0)
+        .collect();
+    let after_last_us: Vec<f64> = st.after_last[measured.clone()]
+        .iter()
+        .filter(|&&r| r != NONE)
+        .map(|&r| f64::from(r) / 1000.0)
+        .collect();
+    let late = response_ns
+        .iter()
+        .filter(|&&r| u64::from(r) > slabs::DEADLINE_NS)
+        .count() as u64;
+    let packages = measured.len() as u64;
+    let answered = response_ns.len() as u64;
+    let lost = packages - answered;
+    let us: Vec<f64> = response_ns.iter().map(|&r| f64::from(r) / 1000.0).collect();
+    let lateness_us: Vec<f64> = lateness[measured]
+        .iter()
+        .map(|&l| f64::from(l) / 1000.0)
+        .collect();
+    EmulatorRun {
+        report: EmulatorReport {
+            gesture: cfg.gesture.name.clone(),
+            target: cfg.target.to_string(),
+            pace: cfg.pace.to_string(),
+            packages_sent: sent as u64,
+            packages,
+            answered,
+            lost,
+            late,
+            misses: late + lost,
+            unexpected_answers: st.unexpected,
+            incomplete_answers: st.incomplete,
+            deadline_us: slabs::DEADLINE_NS as f64 / 1000.0,
+            response_us: Summary::of(&us),
+            send_lateness_us: Summary::of(&lateness_us),
+            host_compute_us: Summary::of(&compute_us),
+            after_last_packet_us: Summary::of(&after_last_us),
+        },
+        response_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pace_parses_and_prints() {
+        for s in ["spin", "sleep", "hybrid:20"] {
+            assert_eq!(s.parse::<Pace>().unwrap().to_string(), s);
+        }
+        assert!("hybrid:x".parse::<Pace>().is_err());
+    }
+
+    #[test]
+    fn worked_example_package_counts() {
+        let p = slabs::PACKAGE_PERIOD_NS;
+        assert_eq!(1_000_000_000u64.div_ceil(p), 1_379);
+        assert_eq!(10_000_000_000u64.div_ceil(p), 13_782);
+    }
+}

@@ -1,0 +1,383 @@
+//! UDP endpoints with kernel receive timestamps, allocation-free on the hot path.
+//!
+//! # Timestamps
+//! Section 4 of seed 000 measures `t1` when the network driver sees the first packet of a package
+//! and `t2` when it hands the answer to the adapter. The closest a Linux process gets is:
+//!
+//! - `t1`: the kernel's software receive timestamp (`SO_TIMESTAMPNS`, delivered as an
+//!   `SCM_TIMESTAMPNS` control message with `recvmsg`). The kernel takes it with
+//!   `ktime_get_real()` when the packet enters the network stack (`__netif_receive_skb`; for
+//!   loopback and veth, right after the sender's `sendto` queued it), so it is a
+//!   `CLOCK_REALTIME` instant and excludes every scheduling delay of the receiving thread.
+//! - `t2`: `clock_gettime(CLOCK_REALTIME)` (vDSO, no system call) right after `sendto` returns.
+//!
+//! Both are on `CLOCK_REALTIME`, so `t2 - t1` needs no conversion. `CLOCK_REALTIME` can be
+//! stepped by an administrator or NTP; a step inside one 1.4 ms interval spoils that one
+//! sample, and slewing changes rates by at most 500 ppm (0.7 us over a deadline). When the
+//! kernel provides no timestamp (never seen on Linux >= 2.6.22) the userspace time after
+//! `recvmsg` returns is used and [`Received::kernel_stamp`] says so.
+//!
+//! # Glossary
+//! - **spin / block**: `recvmsg` with `MSG_DONTWAIT` in a loop, or a blocking `recvmsg` that
+//!   wakes the thread when a datagram arrives (bounded by a receive timeout so that stop requests
+//!   are seen).
+//!
+//! # Worked example
+//! A packet stamped by the kernel at `1_700_000_000.000_100_000` s and an answer sent at
+//! `1_700_000_000.001_100_500` s give `t2 - t1 = 1_000_500` ns = 1000.5 us.
+
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Nanoseconds of `CLOCK_REALTIME` (the clock of kernel receive timestamps).
+#[inline]
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How a receive call waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Return at once when nothing is queued (`MSG_DONTWAIT`); the caller spins.
+    Poll,
+    /// Sleep in the kernel until a datagram arrives or the socket's receive timeout passes.
+    Block,
+}
+
+/// A socket address kept in kernel form, so sending to it needs no conversion. `Copy`.
+#[derive(Clone, Copy)]
+pub struct Peer {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_socket_addr() {
+            Some(a) => write!(f, "Peer({a})"),
+            None => write!(f, "Peer(<family {}>)", self.storage.ss_family),
+        }
+    }
+}
+
+impl Peer {
+    /// The kernel form of `addr`.
+    pub fn from_socket_addr(addr: SocketAddr) -> Peer {
+        // SAFETY: sockaddr_storage is plain old data; all-zero is a valid (unspecified) value.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = match addr {
+            SocketAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+                unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                };
+                // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+                unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        Peer {
+            storage,
+            len: len as libc::socklen_t,
+        }
+    }
+
+    /// The address, if it is IPv4 or IPv6.
+    pub fn to_socket_addr(&self) -> Option<SocketAddr> {
+        match i32::from(self.storage.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in, which it can contain.
+                let sin = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    u32::from_be(sin.sin_addr.s_addr).into(),
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6, which it can contain.
+                let sin6 = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in6) };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    sin6.sin6_addr.s6_addr.into(),
+                    u16::from_be(sin6.sin6_port),
+                    sin6.sin6_flowinfo,
+                    sin6.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether two peers are the same address (compares the kernel bytes).
+    pub fn same_as(&self, other: &Peer) -> bool {
+        let n = self.len as usize;
+        if n != other.len as usize {
+            return false;
+        }
+        // SAFETY: both storages are at least `n` <= size_of::<sockaddr_storage>() bytes long
+        // and fully initialised (created zeroed or filled by the kernel up to `len`).
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(&self.storage as *const _ as *const u8, n),
+                std::slice::from_raw_parts(&other.storage as *const _ as *const u8, n),
+            )
+        };
+        a == b
+    }
+}
+
+/// One received datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Bytes written into the buffer.
+    pub len: usize,
+    /// Receive time, `CLOCK_REALTIME` ns: the kernel's timestamp when available.
+    pub rx_ns: u64,
+    /// Whether `rx_ns` is the kernel's timestamp (true) or userspace time after `recvmsg`.
+    pub kernel_stamp: bool,
+    /// Sender.
+    pub peer: Peer,
+    /// The datagram was longer than the buffer and was cut.
+    pub truncated: bool,
+}
+
+/// Error setting up an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// Binding failed.
+    #[error("cannot bind UDP socket to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A socket option failed.
+    #[error("cannot set {option} on UDP socket {addr}: {source}")]
+    Option {
+        /// Option name.
+        option: &'static str,
+        /// Local address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A UDP endpoint that timestamps what it receives.
+#[derive(Debug)]
+pub struct Endpoint {
+    sock: UdpSocket,
+    local: SocketAddr,
+}
+
+fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` lives across the call and we pass its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const i32 as *const libc::c_void,
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Endpoint {
+    /// Binds to `addr` with kernel receive timestamps on, 4 MiB socket buffers (forced when
+    /// root, so the system limit needs no sysctl), and a receive timeout of 50 ms for
+    /// [`Wait::Block`].
+    pub fn bind(addr: SocketAddr) -> Result<Endpoint, NetError> {
+        let sock = UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        let local = sock.local_addr().unwrap_or(addr);
+        let fd = sock.as_raw_fd();
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).map_err(|source| {
+            NetError::Option {
+                option: "SO_TIMESTAMPNS",
+                addr: local,
+                source,
+            }
+        })?;
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            let size = 4 << 20;
+            if setsockopt_int(fd, libc::SOL_SOCKET, force, size).is_err() {
+                // Not root: take what the system limit allows.
+                let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, size);
+            }
+        }
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .map_err(|source| NetError::Option {
+                option: "SO_RCVTIMEO",
+                addr: local,
+                source,
+            })?;
+        Ok(Endpoint { sock, local })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Receives one datagram into `buf` with its receive timestamp. `Ok(None)` when nothing
+    /// arrived ([`Wait::Poll`]) or the receive timeout passed ([`Wait::Block`]).
+    /// Allocation-free.
+    pub fn recv(&self, buf: &mut [u8], wait: Wait) -> io::Result<Option<Received>> {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // 64 bytes of u64-aligned control space: one SCM_TIMESTAMPNS needs 32.
+        let mut control = [0u64; 8];
+        // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        // SAFETY: msghdr is plain old data; we set every field the kernel reads below.
+        let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+        msg.msg_name = &mut storage as *mut _ as *mut libc::c_void;
+        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = size_of::<[u64; 8]>();
+        let flags = match wait {
+            Wait::Poll => libc::MSG_DONTWAIT,
+            Wait::Block => 0,
+        };
+        // SAFETY: `msg` points at live buffers (iov -> buf, name -> storage, control) whose
+        // lengths are given; the kernel writes only within them.
+        let n = unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut msg, flags) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+                _ => Err(err),
+            };
+        }
+        let mut rx_ns = None;
+        // SAFETY: `msg` was filled by a successful recvmsg; the CMSG_* macros walk the control
+        // buffer within `msg_controllen`, and an SCM_TIMESTAMPNS payload is a timespec.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+                {
+                    let ts =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                    rx_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        let (rx_ns, kernel_stamp) = match rx_ns {
+            Some(t) => (t, true),
+            None => (realtime_ns(), false),
+        };
+        Ok(Some(Received {
+            len: n as usize,
+            rx_ns,
+            kernel_stamp,
+            peer: Peer {
+                storage,
+                len: msg.msg_namelen,
+            },
+            truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        }))
+    }
+
+    /// Sends `buf` to `peer`. Allocation-free.
+    #[inline]
+    pub fn send_to(&self, buf: &[u8], peer: &Peer) -> io::Result<usize> {
+        // SAFETY: `buf` and `peer.storage` are valid for the lengths passed.
+        let n = unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                buf.as_ptr() as *const libc::c_void,
+                buf.len(),
+                0,
+                &peer.storage as *const _ as *const libc::sockaddr,
+                peer.len,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_datagrams_carry_kernel_timestamps() {
+        let a = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let to_b = Peer::from_socket_addr(b.local_addr());
+        assert_eq!(to_b.to_socket_addr(), Some(b.local_addr()));
+        let before = realtime_ns();
+        a.send_to(b"hello", &to_b).unwrap();
+        let mut buf = [0u8; 64];
+        let r = loop {
+            if let Some(r) = b.recv(&mut buf, Wait::Block).unwrap() {
+                break r;
+            }
+        };
+        let after = realtime_ns();
+        assert_eq!(&buf[..r.len], b"hello");
+        assert!(r.kernel_stamp);
+        assert!(
+            r.rx_ns >= before && r.rx_ns <= after,
+            "{before} {} {after}",
+            r.rx_ns
+        );
+        assert_eq!(r.peer.to_socket_addr(), Some(a.local_addr()));
+        assert!(r.peer.same_as(&Peer::from_socket_addr(a.local_addr())));
+        assert!(b.recv(&mut buf, Wait::Poll).unwrap().is_none());
+    }
+
+    #[test]
+    fn ipv6_peers_round_trip() {
+        let addr: SocketAddr = "[::1]:9000".parse().unwrap();
+        assert_eq!(Peer::from_socket_addr(addr).to_socket_addr(), Some(addr));
+    }
+}
