@@ -180,6 +180,23 @@ mod tests {
     }
 
     #[test]
+    fn cells_in_cgroup_paths() {
+        use crate::cell_in_path;
+        assert_eq!(
+            cell_in_path("/tess/cells/synth", "tess").as_deref(),
+            Some("synth")
+        );
+        assert_eq!(
+            cell_in_path("/tess/part-1/ctl", "tess").as_deref(),
+            Some("ctl")
+        );
+        assert_eq!(cell_in_path("/tess/system", "tess"), None);
+        assert_eq!(cell_in_path("/tess/cells/a/b", "tess"), None);
+        assert_eq!(cell_in_path("/other/cells/a", "tess"), None);
+        assert_eq!(cell_in_path("/", "tess"), None);
+    }
+
+    #[test]
     fn escaped_mount_points() {
         assert_eq!(unescape(r"/a\040b"), "/a b");
     }

@@ -20,6 +20,40 @@ use tess_core::layout::{CellLayout, DomainMode, Layout};
 use tess_sched::HartSet;
 
 pub use detect::{detect, Hierarchies};
+
+/// Finds the cell in a cgroup path relative to a hierarchy root: `/<group>/cells/<name>` or
+/// `/<group>/part-<harts>/<name>` (v2 partitions).
+pub fn cell_in_path(path: &str, group: &str) -> Option<String> {
+    let rest = path
+        .strip_prefix('/')?
+        .strip_prefix(group)?
+        .strip_prefix('/')?;
+    let mut parts = rest.split('/');
+    let first = parts.next()?;
+    let name = parts.next()?;
+    if (first == "cells" || first.starts_with("part-"))
+        && !name.is_empty()
+        && parts.next().is_none()
+    {
+        Some(name.to_string())
+    } else {
+        None
+    }
+}
+
+/// Reads the line of `/proc/PID/cgroup` for a v1 controller (`cpuset`) or v2 (`None`).
+pub fn proc_cgroup_path(pid: i32, controller: Option<&str>) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_id, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        let hit = match controller {
+            Some(c) => ctrls.split(',').any(|x| x == c),
+            None => ctrls.is_empty(),
+        };
+        hit.then(|| path.to_string())
+    })
+}
 pub use fs::CgroupError;
 
 /// Which cgroup hierarchy a backend drives.
@@ -99,6 +133,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     /// The cpuset directory of cell `name` (for diagnostics and tests).
     fn cell_cpuset_dir(&self, name: &str) -> PathBuf;
+
+    /// The cell process `pid` runs in, from `/proc/PID/cgroup`.
+    fn cell_of_pid(&self, pid: i32) -> Option<String>;
 
     /// Cgroups outside tess that undermine the layout: on v1 a cpuset of other software that
     /// balances load across a reserved hart and another hart merges their root domains (so

@@ -52,6 +52,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like any Unix filter, die quietly when the reader of our output goes away (`| head`).
+    // SAFETY: restoring the default SIGPIPE disposition has no memory-safety implications.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Cell(c) => cmd::cell::run(c),

@@ -9,6 +9,8 @@
 pub mod client;
 pub mod frame;
 mod messages;
+pub mod ns;
+pub mod runtime;
 
 pub use client::{ApiError, Client};
 pub use messages::*;

@@ -85,6 +85,32 @@ pub enum Request {
     },
     /// Lists quotas and usage (root: everyone; others: themselves).
     ListQuotas,
+    /// Registers the calling process as the service `name` (nameserver). On success the
+    /// connection becomes the service's: tessd pushes one [`crate::ns::Push::Incoming`] frame,
+    /// followed by a channel end, per client; the service sends nothing more on it, and the name
+    /// is freed when the connection closes (the service exits).
+    Register {
+        /// Service name, e.g. `net`, `console`, `audio/engine`.
+        name: String,
+        /// Who may connect.
+        access: crate::ns::Access,
+        /// Shape of each client's channel.
+        channel: crate::ns::ChannelShape,
+    },
+    /// Asks for a channel to service `name`. On success the reply is followed by the client's
+    /// channel end on this connection.
+    Connect {
+        /// Service name.
+        name: String,
+    },
+    /// Lists registered services.
+    ListNames,
+    /// A cell runtime asks for its cell's control channel: tessd sends adaptation events on it
+    /// ([`crate::runtime`]). The reply ([`Body::Cell`]) is followed by the channel end.
+    RuntimeAttach {
+        /// The cell the caller runs in.
+        cell: String,
+    },
 }
 
 /// Fields of a cell that `tess cell resize` / `update` may change; `None` keeps the current value.
@@ -188,6 +214,21 @@ pub enum Body {
     Quotas {
         /// Per user.
         quotas: Vec<QuotaInfo>,
+    },
+    /// A service name was registered.
+    Registered {
+        /// The name.
+        name: String,
+    },
+    /// A channel to a service follows this reply.
+    Connected {
+        /// The service.
+        service: crate::ns::NameInfo,
+    },
+    /// Registered services.
+    Names {
+        /// Services.
+        names: Vec<crate::ns::NameInfo>,
     },
 }
 

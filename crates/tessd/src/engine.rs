@@ -139,6 +139,10 @@ pub struct Engine {
     started: Instant,
     /// Time-triggered cells whose windows changed in place, re-aligned by housekeeping.
     rephase_due: BTreeSet<String>,
+    /// Control channels of cell runtimes (`tess_proto::runtime`), by cell.
+    runtimes: BTreeMap<String, tess_channel::Endpoint>,
+    /// Sequence number of adaptation events.
+    adapt_seq: u64,
 }
 
 /// Builds the cgroup backend the configuration asks for.
@@ -236,6 +240,8 @@ impl Engine {
             generation: persisted.generation,
             started: Instant::now(),
             rephase_due: BTreeSet::new(),
+            runtimes: BTreeMap::new(),
+            adapt_seq: 0,
         })
     }
 
@@ -299,6 +305,13 @@ impl Engine {
             } => self.reserve(caller, budget, period, harts),
             Request::SetQuota { uid, quota } => self.set_quota(caller, uid, quota),
             Request::ListQuotas => Ok(self.list_quotas(caller)),
+            Request::Register { .. }
+            | Request::Connect { .. }
+            | Request::ListNames
+            | Request::RuntimeAttach { .. } => Err(EngineError::new(
+                ErrorKind::Internal,
+                "nameserver requests are served by the connection layer",
+            )),
         };
         match res {
             Ok(body) => Response::Ok { body },
@@ -358,6 +371,11 @@ impl Engine {
         }
         let next_layout = self.enforcer.plan(&next);
         let generation = self.generation + 1;
+        // Runtimes of shrinking cells retire their threads before the kernel takes harts away.
+        let (shrinking, growing) = self.adaptations(&next);
+        for name in &shrinking {
+            self.notify_runtime(name, &next, true);
+        }
         let internal = |e: anyhow::Error| EngineError::new(ErrorKind::Internal, format!("{e:#}"));
         // Enforce first, then commit: a daemon killed in between restarts from the old committed
         // state and converges the kernel back to it.
@@ -396,9 +414,21 @@ impl Engine {
             return Err(internal(e));
         }
         let t3 = Instant::now();
+        for name in &result.deleted {
+            if let Some(mut ep) = self.runtimes.remove(name) {
+                let _ = ep.try_send(&tess_proto::runtime::encode(
+                    &tess_proto::runtime::Control::Shutdown,
+                ));
+            }
+        }
         self.cluster = next;
         self.layout = next_layout;
         self.generation = generation;
+        // Runtimes of growing cells start threads on the new harts now that the kernel has them.
+        for name in &growing {
+            let next = self.cluster.clone();
+            self.notify_runtime(name, &next, false);
+        }
         tracing::info!(
             generation,
             created = ?result.created,
@@ -420,6 +450,124 @@ impl Engine {
             total_us: us(t3 - t0),
         };
         Ok(result)
+    }
+
+    /// Cells with a runtime whose number of harts shrinks or grows in `next`.
+    fn adaptations(&self, next: &Cluster) -> (Vec<String>, Vec<String>) {
+        let (mut shrink, mut grow) = (Vec::new(), Vec::new());
+        for name in self.runtimes.keys() {
+            let (Some(old), Some(new)) = (self.cluster.cells.get(name), next.cells.get(name))
+            else {
+                continue;
+            };
+            if new.harts.len() < old.harts.len() {
+                shrink.push(name.clone());
+            } else if new.harts.len() > old.harts.len()
+                || new.harts != old.harts
+                || new.spec.policy != old.spec.policy
+            {
+                grow.push(name.clone());
+            }
+        }
+        (shrink, grow)
+    }
+
+    /// Tells a cell's runtime about its new harts; when `wait`, waits for it to finish adapting
+    /// (bounded by [`tess_proto::runtime::ADAPT_ACK_TIMEOUT`]).
+    fn notify_runtime(&mut self, name: &str, next: &Cluster, wait: bool) {
+        use tess_proto::runtime::{decode, encode, Control, Report, Window, ADAPT_ACK_TIMEOUT};
+        let Some(cell) = next.cells.get(name) else {
+            return;
+        };
+        self.adapt_seq += 1;
+        let seq = self.adapt_seq;
+        let window = cell
+            .policy()
+            .server()
+            .filter(|_| cell.policy().is_reservation())
+            .map(|s| Window {
+                runtime_ns: s.budget.as_nanos() as u64,
+                deadline_ns: s.deadline.as_nanos() as u64,
+                period_ns: s.period.as_nanos() as u64,
+                offset_ns: cell.window().map(|w| w.0.as_nanos() as u64),
+            });
+        let msg = encode(&Control::Adapt {
+            seq,
+            harts: cell.harts.iter().collect(),
+            window,
+        });
+        let Some(ep) = self.runtimes.get_mut(name) else {
+            return;
+        };
+        if ep.try_send(&msg).is_err() {
+            tracing::info!(cell = name, "the cell's runtime is gone");
+            self.runtimes.remove(name);
+            return;
+        }
+        if !wait {
+            return;
+        }
+        let deadline = Instant::now() + ADAPT_ACK_TIMEOUT;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match ep.recv_timeout(&mut buf, left) {
+                Ok(n) => {
+                    if let Some(Report::Adapted { seq: s, .. }) = decode::<Report>(&buf[..n]) {
+                        if s == seq {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        cell = name,
+                        "runtime did not confirm the adaptation ({e}); shrinking anyway"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Who a caller is, for the nameserver: uid, pid and the cell it runs in.
+    pub fn peer_info(&self, caller: &Caller) -> tess_proto::ns::PeerInfo {
+        tess_proto::ns::PeerInfo {
+            uid: caller.uid,
+            pid: caller.pid,
+            cell: self.enforcer.backend().cell_of_pid(caller.pid),
+        }
+    }
+
+    /// Gives a cell's runtime its control channel (`tess_proto::runtime`); returns the reply and
+    /// the runtime's channel end (tessd keeps the other).
+    pub fn runtime_attach(
+        &mut self,
+        caller: &Caller,
+        cell: &str,
+    ) -> EResult<(Body, tess_channel::EndpointFds)> {
+        self.visible(caller, cell)?;
+        if self.enforcer.backend().cell_of_pid(caller.pid).as_deref() != Some(cell) {
+            return Err(EngineError::new(
+                ErrorKind::Permission,
+                format!("a runtime must run inside its cell: process {} is not in cell '{cell}' (start it with `tess run --cell {cell}`)", caller.pid),
+            ));
+        }
+        let internal = |e: tess_channel::OpenError| {
+            EngineError::new(
+                ErrorKind::Internal,
+                format!("creating a control channel: {e}"),
+            )
+        };
+        let (ours, theirs) =
+            tess_channel::Channel::create(&tess_channel::ChannelOptions::for_max_message(4096))
+                .map_err(internal)?;
+        let ep = tess_channel::Endpoint::from_fds(ours).map_err(internal)?;
+        self.runtimes.insert(cell.to_string(), ep);
+        Ok((
+            Body::Cell(Box::new(self.info(&self.cluster.cells[cell]))),
+            theirs,
+        ))
     }
 
     fn new_cell(&self, caller: &Caller, spec: CellSpec) -> Cell {

@@ -2,15 +2,20 @@
 
 use crate::engine::{Caller, Engine};
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::io::ErrorKind as IoKind;
+use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tess_proto::frame::{self, FrameError};
-use tess_proto::{ErrorKind, Request, Response};
+use tess_proto::ns::{Access, ChannelShape, NameInfo, PeerInfo, Push};
+use tess_proto::{Body, ErrorKind, Request, Response};
 
 /// Most connections served at once; more are refused with a message.
 const MAX_CONNECTIONS: usize = 128;
@@ -76,8 +81,56 @@ fn peer(stream: &UnixStream) -> std::io::Result<Caller> {
     })
 }
 
+/// A registered service (the nameserver's table entry).
+#[derive(Debug)]
+struct Registration {
+    id: u64,
+    service: PeerInfo,
+    access: Access,
+    shape: ChannelShape,
+    clients: AtomicU64,
+    /// The service's connection, written only to push new clients.
+    push: Mutex<UnixStream>,
+}
+
+/// The nameserver: service name -> registration.
+#[derive(Debug, Default)]
+pub struct Names {
+    map: Mutex<BTreeMap<String, Arc<Registration>>>,
+    next_id: AtomicU64,
+}
+
+impl Names {
+    fn list(&self) -> Vec<NameInfo> {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .map(|(name, r)| NameInfo {
+                name: name.clone(),
+                service: r.service.clone(),
+                clients: r.clients.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    fn remove_if(&self, name: &str, id: u64) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(name).is_some_and(|r| r.id == id) {
+            map.remove(name);
+            tracing::info!(name, "service left; name freed");
+        }
+    }
+}
+
+fn err(kind: ErrorKind, message: impl Into<String>) -> Response {
+    Response::Error {
+        kind,
+        message: message.into(),
+    }
+}
+
 /// Serves connections until the listener fails.
 pub fn serve(listener: UnixListener, engine: Arc<Mutex<Engine>>) {
+    let names = Arc::new(Names::default());
     let live = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let mut stream = match conn {
@@ -99,11 +152,12 @@ pub fn serve(listener: UnixListener, engine: Arc<Mutex<Engine>>) {
         }
         live.fetch_add(1, Ordering::Relaxed);
         let engine = engine.clone();
+        let names = names.clone();
         let live = live.clone();
         let spawned = std::thread::Builder::new()
             .name("tessd-conn".into())
             .spawn(move || {
-                if let Err(e) = connection(stream, &engine) {
+                if let Err(e) = connection(stream, &engine, &names) {
                     tracing::debug!("connection ended: {e:#}");
                 }
                 live.fetch_sub(1, Ordering::Relaxed);
@@ -114,9 +168,10 @@ pub fn serve(listener: UnixListener, engine: Arc<Mutex<Engine>>) {
     }
 }
 
-fn connection(mut stream: UnixStream, engine: &Mutex<Engine>) -> Result<()> {
+fn connection(mut stream: UnixStream, engine: &Mutex<Engine>, names: &Names) -> Result<()> {
     let caller = peer(&stream)?;
     let mut greeted = false;
+    let lock = || engine.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         let req: Request = match frame::read(&mut stream) {
             Ok(r) => r,
@@ -143,18 +198,223 @@ fn connection(mut stream: UnixStream, engine: &Mutex<Engine>) -> Result<()> {
             }
         };
         let is_hello = matches!(req, Request::Hello { .. });
-        let resp = if !greeted && !is_hello {
-            Response::Error {
-                kind: ErrorKind::Usage,
-                message: "the first request must be hello".into(),
+        if greeted {
+            match req {
+                Request::Register {
+                    name,
+                    access,
+                    channel,
+                } => {
+                    let me = lock().peer_info(&caller);
+                    return serve_service(stream, &caller, me, names, name, access, channel);
+                }
+                Request::Connect { name } => {
+                    let client = lock().peer_info(&caller);
+                    connect_client(&mut stream, client, names, &name)?;
+                    continue;
+                }
+                Request::ListNames => {
+                    frame::write(
+                        &mut stream,
+                        &Response::Ok {
+                            body: Body::Names {
+                                names: names.list(),
+                            },
+                        },
+                    )?;
+                    continue;
+                }
+                Request::RuntimeAttach { cell } => {
+                    let res = lock().runtime_attach(&caller, &cell);
+                    match res {
+                        Ok((body, fds)) => {
+                            frame::write(&mut stream, &Response::Ok { body })?;
+                            tess_channel::handoff::send_endpoint(stream.as_fd(), &fds)?;
+                        }
+                        Err(e) => frame::write(&mut stream, &err(e.kind, e.message))?,
+                    }
+                    continue;
+                }
+                _ => {}
             }
+        }
+        let resp = if !greeted && !is_hello {
+            err(ErrorKind::Usage, "the first request must be hello")
         } else {
-            let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
-            e.handle(&caller, req)
+            lock().handle(&caller, req)
         };
         if is_hello && matches!(resp, Response::Ok { .. }) {
             greeted = true;
         }
         frame::write(&mut stream, &resp)?;
     }
+}
+
+/// A service registers: its connection is kept to push clients to it, and its name lives as long
+/// as the connection does.
+fn serve_service(
+    mut stream: UnixStream,
+    caller: &crate::engine::Caller,
+    me: PeerInfo,
+    names: &Names,
+    name: String,
+    access: Access,
+    shape: ChannelShape,
+) -> Result<()> {
+    if !tess_proto::ns::valid_name(&name) {
+        frame::write(&mut stream, &err(ErrorKind::Usage, format!("invalid service name {name:?}: use 1-64 of a-z 0-9 - _ . / starting with a letter or digit")))?;
+        return Ok(());
+    }
+    let opts: tess_channel::ChannelOptions = shape.into();
+    if let Err(e) = tess_channel::Channel::create(&opts) {
+        frame::write(
+            &mut stream,
+            &err(ErrorKind::Usage, format!("invalid channel shape: {e}")),
+        )?;
+        return Ok(());
+    }
+    let id = names.next_id.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut map = names.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = map.get(&name) {
+            let msg = format!(
+                "service name '{name}' is taken by process {} (uid {})",
+                r.service.pid, r.service.uid
+            );
+            drop(map);
+            frame::write(&mut stream, &err(ErrorKind::Exists, msg))?;
+            return Ok(());
+        }
+        let reg = Registration {
+            id,
+            service: me,
+            access,
+            shape,
+            clients: AtomicU64::new(0),
+            push: Mutex::new(stream.try_clone()?),
+        };
+        map.insert(name.clone(), Arc::new(reg));
+    }
+    tracing::info!(
+        name,
+        pid = caller.pid,
+        uid = caller.uid,
+        "service registered"
+    );
+    {
+        let reg = names
+            .map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&name)
+            .cloned();
+        if let Some(reg) = reg {
+            let mut push = reg.push.lock().unwrap_or_else(|p| p.into_inner());
+            frame::write(
+                &mut *push,
+                &Response::Ok {
+                    body: Body::Registered { name: name.clone() },
+                },
+            )?;
+        }
+    }
+    // The service sends nothing more; end of file means it exited.
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.read(&mut byte) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => continue,
+        }
+    }
+    names.remove_if(&name, id);
+    Ok(())
+}
+
+/// A client asks for a channel to a service.
+fn connect_client(
+    stream: &mut UnixStream,
+    client: PeerInfo,
+    names: &Names,
+    name: &str,
+) -> Result<()> {
+    let reg = names
+        .map
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned();
+    let Some(reg) = reg else {
+        frame::write(
+            stream,
+            &err(
+                ErrorKind::NotFound,
+                format!("no service named '{name}' is registered"),
+            ),
+        )?;
+        return Ok(());
+    };
+    if !reg.access.admits(reg.service.uid, &client) {
+        let who = match &client.cell {
+            Some(c) => format!("cell '{c}' (uid {})", client.uid),
+            None => format!("uid {} outside any cell", client.uid),
+        };
+        frame::write(
+            stream,
+            &err(
+                ErrorKind::Permission,
+                format!("service '{name}' does not admit {who}"),
+            ),
+        )?;
+        return Ok(());
+    }
+    let (service_end, client_end) = match tess_channel::Channel::create(&reg.shape.into()) {
+        Ok(p) => p,
+        Err(e) => {
+            frame::write(
+                stream,
+                &err(ErrorKind::Internal, format!("creating a channel: {e}")),
+            )?;
+            return Ok(());
+        }
+    };
+    let pushed = {
+        let mut push = reg.push.lock().unwrap_or_else(|p| p.into_inner());
+        frame::write(
+            &mut *push,
+            &Push::Incoming {
+                client: client.clone(),
+            },
+        )
+        .map_err(anyhow::Error::from)
+        .and_then(|_| {
+            tess_channel::handoff::send_endpoint(push.as_fd(), &service_end)
+                .map_err(anyhow::Error::from)
+        })
+    };
+    drop(service_end);
+    if let Err(e) = pushed {
+        names.remove_if(name, reg.id);
+        frame::write(
+            stream,
+            &err(
+                ErrorKind::NotFound,
+                format!("service '{name}' went away ({e:#})"),
+            ),
+        )?;
+        return Ok(());
+    }
+    reg.clients.fetch_add(1, Ordering::Relaxed);
+    let info = NameInfo {
+        name: name.into(),
+        service: reg.service.clone(),
+        clients: reg.clients.load(Ordering::Relaxed),
+    };
+    frame::write(
+        stream,
+        &Response::Ok {
+            body: Body::Connected { service: info },
+        },
+    )?;
+    tess_channel::handoff::send_endpoint(stream.as_fd(), &client_end)?;
+    Ok(())
 }

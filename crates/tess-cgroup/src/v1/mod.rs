@@ -359,6 +359,10 @@ impl Backend for V1 {
         self.cell_dir(&self.paths.cpuset, name)
     }
 
+    fn cell_of_pid(&self, pid: i32) -> Option<String> {
+        crate::cell_in_path(&crate::proc_cgroup_path(pid, Some("cpuset"))?, &self.group)
+    }
+
     fn foreign_conflicts(&self, layout: &Layout) -> Vec<String> {
         let mut out = Vec::new();
         let mut stack: Vec<PathBuf> = self

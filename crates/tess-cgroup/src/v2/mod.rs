@@ -254,6 +254,10 @@ impl Backend for V2 {
             .unwrap_or_else(|| self.top().join("cells").join(name))
     }
 
+    fn cell_of_pid(&self, pid: i32) -> Option<String> {
+        crate::cell_in_path(&crate::proc_cgroup_path(pid, None)?, &self.group)
+    }
+
     fn foreign_conflicts(&self, _layout: &Layout) -> Vec<String> {
         // Partitions are exclusive on v2: the kernel itself keeps everyone else off.
         Vec::new()

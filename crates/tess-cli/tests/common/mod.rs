@@ -12,9 +12,30 @@ use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Serializes daemon tests in this binary.
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+/// Holds the in-process lock and the machine-wide one (`/run/lock/tess-dev.lock`, shared with
+/// `scripts/with-tessd`): only one tessd may shape the machine at a time.
+pub struct Serial {
+    _local: MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+/// Serializes daemon tests, within this binary and across processes.
+pub fn serial() -> Serial {
+    let local = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = std::fs::create_dir_all("/run/lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/run/lock/tess-dev.lock")
+        .expect("opening /run/lock/tess-dev.lock");
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor we own; blocks until the lock is free.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    Serial {
+        _local: local,
+        _file: file,
+    }
 }
 
 /// Whether we run as root (the real-kernel tests need it; CI runs as root).
