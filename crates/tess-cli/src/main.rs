@@ -44,6 +44,11 @@ enum Command {
     /// Per-user quotas (root sets them; users see their own).
     #[command(subcommand)]
     Quota(cmd::quota::QuotaCmd),
+    /// Show a cell's log lines written by the console service (`tess-console`).
+    Logs(cmd::logs::LogsArgs),
+    /// The nameserver: services registered with tessd.
+    #[command(subcommand)]
+    Ns(cmd::ns::NsCmd),
     /// Run a benchmark and print its figures (table, or one JSON object with --json).
     Bench(bench::BenchArgs),
     /// Internal workloads used by the benchmarks.
@@ -64,6 +69,8 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Quota(q) => cmd::quota::run(q),
+        Command::Ns(n) => cmd::ns::run(n),
+        Command::Logs(a) => cmd::logs::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Work(w) => bench::work::run(w),
     };

@@ -45,6 +45,35 @@ enum Which {
     Isolation(Common),
     /// Latency of a 3-cell change, request to enforced (seed 004 section 3.3).
     Update(Common),
+    /// Channel round trips and throughput between two processes on two harts, against a bare
+    /// shared-memory flag, a futex, a Unix socket and a pipe (seed 003, seed 001 Table 1).
+    Channel(ChannelArgs),
+}
+
+/// `tess bench channel`.
+#[derive(Args, Debug, Clone)]
+pub struct ChannelArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Harts of the two processes, MEASURING,PEER (default 0,1).
+    #[arg(long, value_name = "P,C", default_value = "0,1")]
+    harts: String,
+}
+
+fn channel(a: &ChannelArgs) -> anyhow::Result<Report> {
+    let (p, c) = a
+        .harts
+        .split_once(',')
+        .and_then(|(p, c)| Some((p.trim().parse().ok()?, c.trim().parse().ok()?)))
+        .ok_or_else(|| anyhow::anyhow!("--harts takes two hart ids, e.g. 0,1"))?;
+    let mut opts = if a.common.quick {
+        tess_channel::bench::BenchOptions::quick()
+    } else {
+        Default::default()
+    };
+    opts.parent_hart = p;
+    opts.child_hart = c;
+    tess_channel::bench::run(opts)
 }
 
 /// Runs a benchmark.
@@ -53,6 +82,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Mux(c) => (c.clone(), mux::run(&c)?),
         Which::Isolation(c) => (c.clone(), isolation::run(&c)?),
         Which::Update(c) => (c.clone(), update::run(&c)?),
+        Which::Channel(a) => (a.common.clone(), channel(&a)?),
     };
     if common.json {
         println!("{}", report.render_json());

@@ -16,6 +16,10 @@ pub enum WorkCmd {
     Load(LoadArgs),
     /// Sleep until killed (a process that holds a cell's threads).
     Idle,
+    /// Register NAME with the nameserver and echo every client's messages upper-cased.
+    Echo(EchoArgs),
+    /// Connect to NAME, send messages, check the echoes, print round-trip times as JSON.
+    Ping(PingArgs),
     /// Spin as SCHED_IDLE until killed: uses only time nothing else wants, so that a hart never
     /// idles (an idle vCPU is descheduled by the hypervisor and runs slower when it resumes).
     Filler,
@@ -53,6 +57,35 @@ pub struct ProbeArgs {
     /// Scheduling policy.
     #[arg(long, value_enum, default_value = "other")]
     pub policy: ProbePolicy,
+}
+
+/// `echo`.
+#[derive(Args, Debug)]
+pub struct EchoArgs {
+    /// Service name.
+    pub name: String,
+    /// Admit this uid (repeatable).
+    #[arg(long)]
+    pub allow_uid: Vec<u32>,
+    /// Admit processes in this cell (repeatable).
+    #[arg(long)]
+    pub allow_cell: Vec<String>,
+    /// Admit anyone.
+    #[arg(long)]
+    pub anyone: bool,
+    /// Serve this many clients, then exit (default: forever).
+    #[arg(long)]
+    pub clients: Option<usize>,
+}
+
+/// `ping`.
+#[derive(Args, Debug)]
+pub struct PingArgs {
+    /// Service name.
+    pub name: String,
+    /// Messages to send.
+    #[arg(long, default_value_t = 1000)]
+    pub count: usize,
 }
 
 /// `load`.
@@ -138,6 +171,68 @@ pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
             }
+        }
+        WorkCmd::Echo(a) => {
+            let access = tess_proto::ns::Access {
+                cells: a.allow_cell,
+                uids: a.allow_uid,
+                anyone: a.anyone,
+            };
+            let mut svc = tess_proto::ns::Service::register(
+                &a.name,
+                access,
+                &tess_channel::ChannelOptions::default(),
+            )?;
+            println!("ready");
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            let mut handles = Vec::new();
+            let mut served = 0;
+            while a.clients.is_none_or(|n| served < n) {
+                let inc = svc.accept()?;
+                served += 1;
+                eprintln!(
+                    "echo: client pid {} uid {} cell {:?}",
+                    inc.client.pid, inc.client.uid, inc.client.cell
+                );
+                handles.push(std::thread::spawn(move || {
+                    let mut ep = inc.endpoint;
+                    let mut buf = vec![0u8; ep.max_message_size()];
+                    while let Ok(n) = ep.recv(&mut buf) {
+                        buf[..n].make_ascii_uppercase();
+                        if ep.send(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                }));
+            }
+            for h in handles {
+                let _ = h.join();
+            }
+            Ok(0)
+        }
+        WorkCmd::Ping(a) => {
+            let (mut ep, service) = tess_proto::ns::connect(&a.name)?;
+            let mut buf = vec![0u8; ep.max_message_size()];
+            let mut rtt = Vec::with_capacity(a.count);
+            for i in 0..a.count {
+                let msg = format!("ping {i}");
+                let t0 = clock::now_ns();
+                ep.send(msg.as_bytes())?;
+                let n = ep.recv(&mut buf)?;
+                rtt.push(clock::now_ns() - t0);
+                anyhow::ensure!(
+                    buf[..n] == *msg.to_uppercase().as_bytes(),
+                    "bad echo {:?}",
+                    String::from_utf8_lossy(&buf[..n])
+                );
+            }
+            let s = Summary::of_ns_as_us(&rtt);
+            println!(
+                "{}",
+                serde_json::json!({"count": a.count, "service_pid": service.service.pid, "rtt_us": s})
+            );
+            Ok(0)
         }
         WorkCmd::Filler => {
             attr::set_policy(0, Policy::Idle, 0)?;

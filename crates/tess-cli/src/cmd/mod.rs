@@ -2,6 +2,8 @@
 
 pub mod apply;
 pub mod cell;
+pub mod logs;
+pub mod ns;
 pub mod quota;
 pub mod run;
 pub mod status;

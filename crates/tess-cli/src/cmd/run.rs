@@ -35,6 +35,11 @@ pub struct RunArgs {
     /// Print the cell the program runs in on standard error.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Send the program's standard output and error, line by line, to the console service
+    /// (read them with `tess logs CELL`); a small adapter process in the cell forwards them and
+    /// drops lines rather than ever blocking the program. Needs `tess-console` running.
+    #[arg(long)]
+    pub console: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -82,6 +87,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<i32> {
         };
         eprintln!("tess: running {} in cell {name}", a.command[0]);
     }
+    if a.console {
+        return run_with_console(&a.command);
+    }
     let err = std::process::Command::new(&a.command[0])
         .args(&a.command[1..])
         .exec();
@@ -91,4 +99,50 @@ pub fn run(a: RunArgs) -> anyhow::Result<i32> {
     } else {
         126
     })
+}
+
+/// Runs the program with its output piped into the console service; returns its exit status.
+fn run_with_console(command: &[String]) -> anyhow::Result<i32> {
+    use std::io::BufRead;
+    let mut console = tess_console::Console::connect().map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (is the console service running? `tess run --cell console -- tess-console &`)"
+        )
+    })?;
+    let (reader, writer) = std::io::pipe()?;
+    let mut child = match std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tess: cannot run {}: {e}", command[0]);
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
+    for line in std::io::BufReader::new(reader).lines() {
+        match line {
+            Ok(l) => {
+                console.log(&l);
+            }
+            Err(_) => break,
+        }
+    }
+    let status = child.wait()?;
+    if console.dropped() > 0 {
+        eprintln!(
+            "tess: {} line(s) of output were dropped: the console service was behind",
+            console.dropped()
+        );
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }

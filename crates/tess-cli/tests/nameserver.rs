@@ -1,0 +1,219 @@
+//! The nameserver on the real kernel: processes in different cells find each other by name and
+//! exchange messages, from Rust and from C (tess_ns.h); access rules by uid and by cell with two
+//! unprivileged users; names are freed when their service exits.
+
+mod common;
+
+use common::{is_root, outcome, serial, Daemon};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn build_c_client(dir: &Path) -> PathBuf {
+    let lib = common::tess_bin().with_file_name("libtess_ffi.a");
+    assert!(
+        lib.exists(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        lib.display()
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let exe = dir.join("ns_echo");
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg("-I")
+        .arg(root.join("crates/tess-channel/include"))
+        .arg("-I")
+        .arg(root.join("crates/tess-ffi/include"))
+        .arg(root.join("crates/tess-ffi/examples/c/ns_echo.c"))
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    exe
+}
+
+/// Starts `tess run --cell CELL -- PROGRAM ARGS` (as `uid` when given) and waits for "ready".
+fn start_service(d: &Daemon, uid: Option<u32>, cell: &str, program: &[&str]) -> Child {
+    let mut cmd = match uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                format!("--reuid={u}"),
+                format!("--regid={u}"),
+                "--clear-groups".into(),
+            ])
+            .arg(common::tess_bin());
+            c
+        }
+        None => Command::new(common::tess_bin()),
+    };
+    let mut child = cmd
+        .args(["run", "--cell", cell, "--"])
+        .args(program)
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "service did not start");
+    child
+}
+
+fn names(d: &Daemon) -> Vec<String> {
+    d.json(&["ns", "list"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn rust_and_c_peers_find_each_other_by_name_with_access_rules() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _s = serial();
+    let d = Daemon::start();
+    let _ = std::fs::set_permissions(
+        d.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    );
+    let c_prog = build_c_client(d.dir.path());
+    let c = c_prog.to_str().unwrap();
+    let tess = common::tess_bin();
+    let tess = tess.to_str().unwrap();
+    for (name, hart) in [("svc", "0"), ("cli", "1")] {
+        let o = d.tess(&[
+            "cell",
+            "create",
+            name,
+            "--policy",
+            "best-effort",
+            "--hart-ids",
+            hart,
+        ]);
+        assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    }
+
+    // A Rust service in cell svc, a C client in cell cli.
+    let mut rust_svc = start_service(
+        &d,
+        None,
+        "svc",
+        &[
+            tess,
+            "work",
+            "echo",
+            "demo/rust",
+            "--allow-cell",
+            "cli",
+            "--clients",
+            "1",
+        ],
+    );
+    assert!(names(&d).contains(&"demo/rust".to_string()));
+    let o = d.tess(&["run", "--cell", "cli", "--", c, "ping", "demo/rust", "500"]);
+    assert_eq!(outcome(&o).0, 0, "C client: {}", outcome(&o).1);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok 500");
+    assert!(rust_svc.wait().unwrap().success());
+
+    // A C service in cell svc admitting uid 41001; Rust clients as 41001 and 41002.
+    let (alice, bob) = (41001u32, 41002u32);
+    let mut c_svc = start_service(&d, None, "svc", &[c, "serve", "demo/c", &alice.to_string()]);
+    let (code, err) = outcome(&d.tess_as(bob, &["work", "ping", "demo/c", "--count", "10"]));
+    assert_eq!(code, 4, "bob must be refused: {err}");
+    assert!(err.contains("does not admit uid 41002"), "{err}");
+    let o = d.tess_as(alice, &["work", "ping", "demo/c", "--count", "200"]);
+    assert_eq!(outcome(&o).0, 0, "alice: {}", outcome(&o).1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["count"], 200);
+    // The C service served its one client and exited: its name is free again.
+    assert!(c_svc.wait().unwrap().success());
+    let t0 = Instant::now();
+    while names(&d).contains(&"demo/c".to_string()) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "name not freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        outcome(&d.tess(&["work", "ping", "demo/c", "--count", "1"])).0,
+        5
+    );
+
+    // Access by cell: bob's own cell is admitted, bob outside it is not.
+    let o = d.tess(&[
+        "quota",
+        "set",
+        &bob.to_string(),
+        "--max-cells",
+        "1",
+        "--max-harts",
+        "1",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let o = d.tess_as(
+        bob,
+        &[
+            "cell",
+            "create",
+            "bobcell",
+            "--policy",
+            "best-effort",
+            "--hart-ids",
+            "1",
+        ],
+    );
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let mut cell_svc = start_service(
+        &d,
+        None,
+        "svc",
+        &[
+            tess,
+            "work",
+            "echo",
+            "demo/cells",
+            "--allow-cell",
+            "bobcell",
+            "--clients",
+            "1",
+        ],
+    );
+    let (code, err) = outcome(&d.tess_as(bob, &["work", "ping", "demo/cells", "--count", "5"]));
+    assert_eq!(code, 4, "bob outside bobcell must be refused: {err}");
+    let o = d.tess_as(
+        bob,
+        &[
+            "run",
+            "--cell",
+            "bobcell",
+            "--",
+            tess,
+            "work",
+            "ping",
+            "demo/cells",
+            "--count",
+            "5",
+        ],
+    );
+    assert_eq!(outcome(&o).0, 0, "bob in bobcell: {}", outcome(&o).1);
+    assert!(cell_svc.wait().unwrap().success());
+    // Names are unique: a second registration of a live name is refused.
+    let mut holder = start_service(
+        &d,
+        None,
+        "svc",
+        &[tess, "work", "echo", "demo/dup", "--clients", "1"],
+    );
+    let (code, err) = outcome(&d.tess(&["work", "echo", "demo/dup"]));
+    assert_eq!(code, 6, "{err}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
