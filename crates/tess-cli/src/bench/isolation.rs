@@ -116,7 +116,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         status.system,
         status.system.difference(&HartSet::single(hart))
     ));
-    r.note("seed 003 (Linux, 128 background threads): text-edit latency 30.6 us mean, 37.2 us stdev unloaded-vs-loaded gap closed to 0.26 us with cpusets");
+    r.note("seed 003 (Linux 2.6.35, 128 CPU-bound background threads): a text editor's event latency was 30.6 us mean (37.2 us stdev) under load on stock Linux, 0.26 us (0.42 us stdev) with its services on dedicated cpusets");
     r.detail("noise_floor_us", floor.summary_us);
     r.detail("plain_us", plain);
     r.detail("cell_us", cell);
