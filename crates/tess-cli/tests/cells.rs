@@ -397,16 +397,25 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
         ("k1".to_string(), "1".to_string()),
         ("k3".to_string(), "0".to_string()),
     ];
-    // The daemon pauses 3 ms between enforcement steps, so a transaction takes about 25 ms and
-    // kills spread over 0-40 ms after the request land before, inside (with the kernel half
-    // changed) and after the commit.
+    // The daemon pauses 3 ms between enforcement steps, so a transaction takes tens of ms. First
+    // time one undisturbed transaction (client start to reply), then spread the kills from 0 to
+    // 1.3 times that, so that they land before, inside (with the kernel half changed) and after
+    // the commit whatever the speed of the machine.
     d.env.push(("TESSD_FAULT_PAUSE_US".into(), "3000".into()));
     d.kill9();
     d.spawn();
+    let timed = |target: &std::path::Path| {
+        let t0 = Instant::now();
+        let o = d.tess(&["apply", target.to_str().unwrap()]);
+        assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+        t0.elapsed()
+    };
+    let whole = timed(&sb).max(timed(&sa));
     let mut seen = (0, 0);
     let mut half_done = 0;
     let mut current = &sa;
-    for i in 0..16u64 {
+    const KILLS: u32 = 16;
+    for i in 0..KILLS {
         let target = if current == &sa { &sb } else { &sa };
         let mut client = Command::new(common::tess_bin())
             .args(["apply", target.to_str().unwrap()])
@@ -415,9 +424,7 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // Wait until the request is on its way (the client connected), then kill at a spread of
-        // instants through the transaction.
-        std::thread::sleep(Duration::from_millis(5) + Duration::from_micros((i * 2_700) % 40_000));
+        std::thread::sleep(whole * 13 * i / (10 * KILLS));
         d.kill9();
         let _ = client.wait();
         let dirs_at_kill = cell_dirs(&d);

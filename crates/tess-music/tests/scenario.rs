@@ -45,6 +45,7 @@ fn a_short_scenario_reports_both_ends_and_draws_its_histogram() {
         warmup: Duration::from_millis(300),
         gesture: None,
         netns: None,
+        record: None,
     };
     let r = scenario::run_scenario(&spec, &env, &PlainLauncher).unwrap();
     assert!(

@@ -3,6 +3,7 @@
 //! run in the same invocation; every latency benchmark also measures the noise floor.
 
 mod isolation;
+mod music;
 mod mux;
 mod support;
 mod update;
@@ -45,6 +46,9 @@ enum Which {
     Isolation(Common),
     /// Latency of a 3-cell change, request to enforced (seed 004 section 3.3).
     Update(Common),
+    /// The live-music proof (seed 000): SLABS emulator and Migrator synthesizer in cells, alone
+    /// and with interference cells, against plain Linux and SCHED_FIFO 99 baselines.
+    Music(music::MusicArgs),
     /// Channel round trips and throughput between two processes on two harts, against a bare
     /// shared-memory flag, a futex, a Unix socket and a pipe (seed 003, seed 001 Table 1).
     Channel(ChannelArgs),
@@ -83,6 +87,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Isolation(c) => (c.clone(), isolation::run(&c)?),
         Which::Update(c) => (c.clone(), update::run(&c)?),
         Which::Channel(a) => (a.common.clone(), channel(&a)?),
+        Which::Music(a) => (a.common.clone(), music::run(&a)?),
     };
     if common.json {
         println!("{}", report.render_json());

@@ -1,22 +1,24 @@
 //! The interference of seed 000's Group 2 (Table 1), rebuilt from ordinary programs:
 //!
 //! - **video players** (cells D and E): `ffmpeg -re` decoding a real H.264 clip at its native
-//!   30 frames/s, looping. The clip (1920x1080, 30 fps, 10 s, `testsrc2` with temporal noise so
-//!   every frame carries fresh detail, about 9 MB) is generated once with ffmpeg's `lavfi`
-//!   source into a cache directory and reused. Decoding it keeps a few tens of percent of a hart
-//!   busy and streams the frames through the caches, the interference the paper blames for its
-//!   slightly longer tail.
+//!   30 frames/s, looping. The clip (640x360, 30 fps, 10 s, `testsrc2` with temporal noise so
+//!   every frame carries fresh detail) is generated once with ffmpeg's `lavfi` source into a
+//!   cache directory and reused. The size is chosen so that a player keeps up with 30 frames/s
+//!   inside the reservations a 2-hart machine can give its video cells (a few ms of CPU per
+//!   frame); a 1080p clip could never play in real time there and would only be a CPU burner.
+//!   Decoding still streams every frame through the caches, the interference the paper blames
+//!   for its slightly longer tail.
 //! - **best-effort EP** (cells G, H, I): `tess-ep`, the NAS EP kernel, one process per cell.
 //!
-//! Worked example: two players at 30 frames/s decode 60 frames of 1920 x 1080 x 1.5 bytes =
-//! 187 MB/s of raw video between them.
+//! Worked example: two players at 30 frames/s decode 60 frames of 640 x 360 x 1.5 bytes =
+//! 20.7 MB/s of raw video between them.
 
 use super::launch::CommandSpec;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Width, height, frame rate and length of the generated clip.
-pub const CLIP: (u32, u32, u32, u32) = (1920, 1080, 30, 10);
+pub const CLIP: (u32, u32, u32, u32) = (640, 360, 30, 10);
 
 /// Error preparing interference.
 #[derive(Debug, thiserror::Error)]

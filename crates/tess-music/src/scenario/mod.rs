@@ -151,6 +151,8 @@ pub struct ScenarioSpec {
     /// Run the emulator in this network namespace across a veth pair (falls back to loopback
     /// with a note when it cannot be created); `None`: loopback.
     pub netns: Option<String>,
+    /// Record the synthesizer's 8 output channels to this WAV file (`--record`).
+    pub record: Option<PathBuf>,
 }
 
 /// Baseline C: the synthesizer on plain Linux (CFS, unpinned, blocking receive) with the
@@ -171,6 +173,7 @@ pub fn baseline_c(duration: Duration) -> ScenarioSpec {
         warmup: Duration::from_secs(1),
         gesture: None,
         netns: None,
+        record: None,
     }
 }
 
@@ -193,6 +196,7 @@ pub fn baseline_d(duration: Duration) -> ScenarioSpec {
         warmup: Duration::from_secs(1),
         gesture: None,
         netns: None,
+        record: None,
     }
 }
 
@@ -436,6 +440,9 @@ pub fn run_scenario(
     }
     if let Some(p) = spec.synth.fifo {
         args.extend([os("--fifo"), os(p.to_string())]);
+    }
+    if let Some(w) = &spec.record {
+        args.extend([os("--record"), w.clone().into()]);
     }
     let mut synth = spawn(
         Role::Synth,
