@@ -1,0 +1,28 @@
+//! Generates the C header from `src/ffi.rs` with cbindgen into `OUT_DIR/tess_runtime.h`.
+//!
+//! The committed copy is `include/tess_runtime.h`; `tests/header.rs` fails when the two differ
+//! (run it with `TESS_RUNTIME_BLESS=1` to update the committed copy). The build script never
+//! writes into the source tree.
+
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-changed=src/ffi.rs");
+    println!("cargo:rerun-if-changed=src/window.rs");
+    println!("cargo:rerun-if-changed=src/task.rs");
+    println!("cargo:rerun-if-changed=cbindgen.toml");
+    let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let out =
+        PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it")).join("tess_runtime.h");
+    let config =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    // The header is the C ABI module plus the two plain types it shares with the Rust API.
+    cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(crate_dir.join("src/ffi.rs"))
+        .with_src(crate_dir.join("src/window.rs"))
+        .with_src(crate_dir.join("src/task.rs"))
+        .generate()
+        .expect("cbindgen generates the C header")
+        .write_to_file(out);
+}
