@@ -81,7 +81,7 @@ impl Hart<'_> {
     }
 }
 
-fn trace() -> bool {
+pub(crate) fn trace() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TRACE.get_or_init(|| std::env::var_os("TESS_RUNTIME_TRACE").is_some())
 }
@@ -293,6 +293,13 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
         wait_placed(shared);
     }
     if fresh {
+        if trace() {
+            eprintln!(
+                "tess-runtime: vhart {vhart} started on hart {} (deadline budget {:?})",
+                tess_sched::current_hart(),
+                deadline_budget()
+            );
+        }
         shared.roster.arrive();
         shared.doorbell.ring();
     }
@@ -335,6 +342,11 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
             if let Some(t) = current.take() {
                 shared.orphan(t);
             }
+            shared
+                .retired_tids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(tess_sched::gettid());
             shared.roster.arrive();
             shared.doorbell.ring();
             VHART.with(|v| v.set(None));

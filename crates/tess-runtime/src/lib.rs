@@ -49,20 +49,34 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+#[cfg(not(loom))]
 pub mod bench;
+#[cfg(not(loom))]
 pub mod control;
+#[cfg(not(loom))]
 pub mod ffi;
+#[cfg(not(loom))]
 mod hart;
 mod roster;
+#[cfg(not(loom))]
 mod runtime;
+#[cfg(not(loom))]
 pub mod sched;
 mod sync;
+#[cfg(not(loom))]
 mod task;
+#[cfg(not(loom))]
 pub mod window;
 
+#[cfg(not(loom))]
 pub use control::{current_cell, join_cell, AttachError};
+#[cfg(not(loom))]
 pub use hart::{vhart_id, Hart};
+#[cfg(not(loom))]
 pub use runtime::{Builder, Handle, Runtime, RuntimeError, Stats, Timing};
+#[cfg(not(loom))]
 pub use sched::{PerWindow, QueuePolicy, Scheduler, WorkQueue};
+#[cfg(not(loom))]
 pub use task::{Step, Task};
+#[cfg(not(loom))]
 pub use window::{Tuning, WindowInfo, WindowSpec};

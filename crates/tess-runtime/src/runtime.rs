@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     pub(crate) placement_timeout: Duration,
     pub(crate) counters: Counters,
     local_seq: AtomicU64,
+    /// Kernel thread ids of hart threads that retired and may still be exiting.
+    pub(crate) retired_tids: Mutex<Vec<i32>>,
     /// The physical harts tessd last reported (for information only).
     harts: Mutex<Vec<usize>>,
     cell: Option<String>,
@@ -250,6 +252,12 @@ impl Shared {
     /// Starts an adaptation to `new` harts (module docs of `roster`).
     fn begin(self: &Arc<Self>, seq: Option<u64>, new: usize) {
         let old = self.roster.target();
+        if crate::hart::trace() {
+            eprintln!(
+                "tess-runtime: vhart {:?} begins adaptation {seq:?}: {old} -> {new}",
+                crate::vhart_id()
+            );
+        }
         let retiring = if new < old {
             let mut threads = lock(&self.threads);
             let (gone, keep): (Vec<_>, Vec<_>) = threads.drain(..).partition(|(v, _)| *v >= new);
@@ -284,12 +292,20 @@ impl Shared {
             return;
         };
         let p = lock(&self.pending).take();
+        if crate::hart::trace() {
+            eprintln!(
+                "tess-runtime: vhart {:?} completes adaptation {:?}",
+                crate::vhart_id(),
+                p.as_ref().map(|p| (p.seq, p.old, p.new))
+            );
+        }
         if let Some(p) = p {
             for h in p.retiring {
                 // They have arrived, so they run no more application code; wait for the kernel
                 // threads to be gone before telling tessd it may take the harts.
                 let _ = h.join();
             }
+            wait_gone(&self.retired_tids);
             let orphans = std::mem::take(&mut *lock(&self.orphans));
             if p.old != p.new {
                 self.sched.adapt(p.old, p.new, orphans);
@@ -311,6 +327,21 @@ impl Shared {
             .map_err(|source| RuntimeError::Spawn { vhart, source })?;
         lock(&self.threads).push((vhart, h));
         Ok(())
+    }
+}
+
+/// Waits (up to 5 ms) until the kernel has reaped the retired hart threads: `pthread_join`
+/// returns when a thread has released its user-level resources, a moment before the kernel
+/// task leaves the cell's cgroup, and tessd, acting on the acknowledgement, must not find it
+/// there half-dead (it would try to re-place it).
+fn wait_gone(tids: &Mutex<Vec<i32>>) {
+    let tids = std::mem::take(&mut *lock(tids));
+    let give_up = std::time::Instant::now() + Duration::from_millis(5);
+    for tid in tids {
+        let path = format!("/proc/self/task/{tid}");
+        while std::path::Path::new(&path).exists() && std::time::Instant::now() < give_up {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -442,6 +473,7 @@ impl Builder {
             placement_timeout: self.placement_timeout,
             counters: Counters::default(),
             local_seq: AtomicU64::new(0),
+            retired_tids: Mutex::new(Vec::new()),
             harts: Mutex::new(harts),
             cell,
         });
