@@ -21,9 +21,13 @@ pub fn place(
     cap: &Capacity,
     changed: &BTreeSet<String>,
 ) -> Result<(), AdmissionError> {
+    // A changed cell keeps as many of its current harts as it can: resizing a cell should not
+    // move the threads that stay.
+    let mut previous: std::collections::BTreeMap<String, HartSet> =
+        std::collections::BTreeMap::new();
     for name in changed {
         if let Some(c) = cluster.cells.get_mut(name) {
-            c.harts = HartSet::new();
+            previous.insert(name.clone(), std::mem::take(&mut c.harts));
             c.window_offset = None;
         }
     }
@@ -77,7 +81,11 @@ pub fn place(
                 ),
             });
         }
-        let chosen: HartSet = free.iter().rev().take(n).copied().collect();
+        let before = previous.get(name).cloned().unwrap_or_default();
+        let mut order: Vec<usize> = free.clone();
+        // Its own harts first, then the highest.
+        order.sort_by_key(|h| (!before.contains(*h), std::cmp::Reverse(*h)));
+        let chosen: HartSet = order.into_iter().take(n).collect();
         cluster.cells.get_mut(name).expect("exists").harts = chosen;
     }
     // 3. Shared counts, heaviest first.
@@ -91,12 +99,18 @@ pub fn place(
         .collect();
     rest.sort_by(|a, b| b.1.partial_cmp(&a.1).expect("finite").then(a.0.cmp(&b.0)));
     for (name, _) in rest {
-        place_shared(cluster, cap, &name)?;
+        let before = previous.get(&name).cloned().unwrap_or_default();
+        place_shared(cluster, cap, &name, &before)?;
     }
     Ok(())
 }
 
-fn place_shared(cluster: &mut Cluster, cap: &Capacity, name: &str) -> Result<(), AdmissionError> {
+fn place_shared(
+    cluster: &mut Cluster,
+    cap: &Capacity,
+    name: &str,
+    before: &HartSet,
+) -> Result<(), AdmissionError> {
     let n = cluster.cells[name].spec.harts.count();
     let kind = cluster.cells[name].policy().name().to_string();
     let candidates = cap.harts.difference(&cluster.dedicated_harts());
@@ -113,8 +127,15 @@ fn place_shared(cluster: &mut Cluster, cap: &Capacity, name: &str) -> Result<(),
             Err(e) => reasons.push(e.to_string()),
         }
     }
-    // Least loaded first; on ties the higher hart id (hart 0 is the system's favourite).
-    feasible.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("finite").then(b.1.cmp(&a.1)));
+    // The cell's own harts first, lowest first (a resize moves nothing that can stay, and a
+    // runtime's first threads sit on its lowest harts while shrinking retires the highest);
+    // then the least loaded, on ties the higher hart id (hart 0 is the system's favourite).
+    feasible.sort_by(|a, b| match (before.contains(a.1), before.contains(b.1)) {
+        (true, true) => a.1.cmp(&b.1),
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        (false, false) => a.0.partial_cmp(&b.0).expect("finite").then(b.1.cmp(&a.1)),
+    });
     if feasible.len() < n {
         return Err(AdmissionError::NotEnoughHarts {
             cell: name.into(),
@@ -127,9 +148,8 @@ fn place_shared(cluster: &mut Cluster, cap: &Capacity, name: &str) -> Result<(),
     let chosen: HartSet = feasible.iter().take(n).map(|f| f.1).collect();
     cluster.cells.get_mut(name).expect("exists").harts = chosen.clone();
     choose_window_offset(cluster, name)?;
-    let mut load = HartLoad::default();
     for h in chosen.iter() {
-        check_hart(cluster, cap, h, &mut load)?;
+        check_hart(cluster, cap, h, &mut HartLoad::default())?;
     }
     Ok(())
 }
@@ -262,6 +282,47 @@ mod tests {
         assert_eq!(c.cells["a"].harts.to_string(), "1");
         assert_eq!(c.cells["b"].harts.to_string(), "0");
         assert_eq!(c.cells["c"].harts.to_string(), "0");
+        assert!(check(&c, &cap(2)).is_ok());
+    }
+
+    #[test]
+    fn a_resized_cell_keeps_its_harts() {
+        let mut c = Cluster::default();
+        let tt = Policy::TimeTriggered {
+            period: ms(10),
+            active: ms(4),
+            offset: None,
+        };
+        add(&mut c, "gang", tt.clone(), HartRequest::Count(2));
+        place(&mut c, &cap(4), &names(&["gang"])).unwrap();
+        let two = c.cells["gang"].harts.clone();
+        c.cells.get_mut("gang").unwrap().spec.harts = HartRequest::Count(1);
+        place(&mut c, &cap(4), &names(&["gang"])).unwrap();
+        let one = c.cells["gang"].harts.clone();
+        assert!(one.is_subset(&two), "{one} not within {two}");
+        c.cells.get_mut("gang").unwrap().spec.harts = HartRequest::Count(2);
+        place(&mut c, &cap(4), &names(&["gang"])).unwrap();
+        assert!(one.is_subset(&c.cells["gang"].harts));
+        // Dedicated cells too.
+        add(&mut c, "d", Policy::Dedicated, HartRequest::Count(1));
+        place(&mut c, &cap(4), &names(&["d"])).unwrap();
+        let d = c.cells["d"].harts.clone();
+        place(&mut c, &cap(4), &names(&["d"])).unwrap();
+        assert_eq!(c.cells["d"].harts, d);
+    }
+
+    #[test]
+    fn a_multi_hart_cell_counts_once_per_hart() {
+        // A 50% cell on 2 harts uses 50% of each, not 100% of either.
+        let mut c = Cluster::default();
+        let tt = Policy::TimeTriggered {
+            period: ms(10),
+            active: ms(5),
+            offset: None,
+        };
+        add(&mut c, "gang", tt, HartRequest::Count(2));
+        place(&mut c, &cap(2), &names(&["gang"])).unwrap();
+        assert_eq!(c.cells["gang"].harts.to_string(), "0-1");
         assert!(check(&c, &cap(2)).is_ok());
     }
 

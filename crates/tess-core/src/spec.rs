@@ -210,7 +210,7 @@ impl fmt::Display for HartRequest {
     }
 }
 
-/// What a dedicated cell's harts do when the cell has nothing to run.
+/// What a cell's harts do when nothing wants them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdleMode {
@@ -218,7 +218,9 @@ pub enum IdleMode {
     /// the hart never enters an idle state and a waking thread runs at once (on a virtual
     /// machine an idle vCPU takes about 55 us longer to take a timer interrupt); the cell's
     /// threads also get a 1 ns timer slack, as real-time threads have. The default for
-    /// dedicated cells, like Tessellation's runtimes spinning on their harts.
+    /// dedicated cells, like Tessellation's runtimes spinning on their harts, and for
+    /// time-triggered cells. On harts a cell shares, the spinner belongs to no cell: it runs in
+    /// the system group, so it takes time only from nothing (`SCHED_IDLE`, nice 19).
     Spin,
     /// Let the harts idle (saves power; wake-ups are slower).
     Halt,
@@ -242,7 +244,8 @@ pub struct CellSpec {
     /// The user fixed this allocation; no policy may change it (seed 000 section 2.3).
     #[serde(default)]
     pub pinned: bool,
-    /// Dedicated cells: what idle harts do (`None`: [`IdleMode::Spin`]).
+    /// What idle harts do (`None`: [`IdleMode::Spin`] for dedicated and time-triggered cells,
+    /// [`IdleMode::Halt`] for the others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleMode>,
 }
@@ -374,9 +377,9 @@ impl CellSpec {
         if self.pids_max == Some(0) {
             return bad("pids limit must be at least 1".into());
         }
-        if self.idle == Some(IdleMode::Spin) && !self.policy.is_dedicated() {
+        if self.idle == Some(IdleMode::Spin) && matches!(self.policy, Policy::BestEffort { .. }) {
             return bad(
-                "idle = spin applies to dedicated cells only (other cells share their harts)"
+                "idle = spin applies to dedicated, time-triggered and event-triggered cells (a best-effort cell has no wake-up to speed up)"
                     .into(),
             );
         }
@@ -392,10 +395,12 @@ impl CellSpec {
             && self.idle_mode() == other.idle_mode()
     }
 
-    /// The idle mode in effect: dedicated cells spin unless told to halt; others halt.
+    /// The idle mode in effect: dedicated and time-triggered cells spin unless told to halt
+    /// (a time-triggered window starts with a kernel wake-up on every hart, and a halted vCPU
+    /// wakes late by a different amount on each: the gang skew); others halt.
     pub fn idle_mode(&self) -> IdleMode {
         match (&self.policy, self.idle) {
-            (Policy::Dedicated, None) => IdleMode::Spin,
+            (Policy::Dedicated | Policy::TimeTriggered { .. }, None) => IdleMode::Spin,
             (_, Some(m)) => m,
             (_, None) => IdleMode::Halt,
         }
@@ -502,7 +507,7 @@ mod tests {
     }
 
     #[test]
-    fn dedicated_cells_spin_by_default() {
+    fn dedicated_and_time_triggered_cells_spin_by_default() {
         assert_eq!(spec(Policy::Dedicated).idle_mode(), IdleMode::Spin);
         let mut s = spec(Policy::Dedicated);
         s.idle = Some(IdleMode::Halt);
@@ -514,7 +519,18 @@ mod tests {
         });
         assert_eq!(e.idle_mode(), IdleMode::Halt);
         e.idle = Some(IdleMode::Spin);
-        assert!(e.validate().is_err());
+        assert!(e.validate().is_ok());
+        assert_eq!(e.idle_mode(), IdleMode::Spin);
+        let t = spec(Policy::TimeTriggered {
+            period: ms(10),
+            active: ms(2),
+            offset: None,
+        });
+        assert_eq!(t.idle_mode(), IdleMode::Spin);
+        let mut b = spec(Policy::BestEffort { weight: 100 });
+        assert_eq!(b.idle_mode(), IdleMode::Halt);
+        b.idle = Some(IdleMode::Spin);
+        assert!(b.validate().is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //!   loop:
 //!     time-triggered and the window is over -> gang wait (crate::window), then tick(current)
 //!     checkpoint: stop? retire (vhart >= target)? control message? adaptation to complete?
+//!     window's work done but an adaptation in flight -> idle on the doorbell until the window end
 //!     nothing current -> enter(), or idle on the doorbell until work, a ring or the window end
 //!     run one slice of the current task -> yield(task) / done() / next window
 //! ```
@@ -84,6 +85,17 @@ impl Hart<'_> {
 pub(crate) fn trace() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TRACE.get_or_init(|| std::env::var_os("TESS_RUNTIME_TRACE").is_some())
+}
+
+/// One trace line on stderr, stamped with the monotonic clock (seconds) so that it lines up
+/// with tessd's log and the benchmark's timestamps.
+pub(crate) fn trace_line(msg: std::fmt::Arguments<'_>) {
+    let now = clock::now_ns();
+    eprintln!(
+        "[{}.{:06}] tess-runtime: {msg}",
+        now / 1_000_000_000,
+        now % 1_000_000_000 / 1000
+    );
 }
 
 /// Per-hart state of the window machinery.
@@ -177,11 +189,11 @@ impl Windows {
                     let to = window::reanchor_target(spec, prev.released_ns);
                     clock::sleep_until_ns(to);
                     if trace() {
-                        eprintln!(
-                            "tess-runtime: vhart {:?} re-anchored: woke {} ns after {to}",
+                        crate::hart::trace_line(format_args!(
+                            "vhart {:?} re-anchored: woke {} ns after {to}",
                             vhart_id(),
                             clock::now_ns() - to
-                        );
+                        ));
                     }
                 } else {
                     // Done for this period: the kernel throttles us until the next one.
@@ -220,10 +232,10 @@ impl Windows {
                         continue;
                     }
                     if trace() && late_ns > clock::ns(tuning.lead_in) {
-                        eprintln!(
-                            "tess-runtime: vhart {:?} late {late_ns} ns in window {index}",
+                        crate::hart::trace_line(format_args!(
+                            "vhart {:?} late {late_ns} ns in window {index}",
                             vhart_id()
-                        );
+                        ));
                     }
                     self.judge_phase(late_ns, clock::ns(tuning.lead_in), budget.is_some());
                     (index, grid)
@@ -294,11 +306,11 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
     }
     if fresh {
         if trace() {
-            eprintln!(
-                "tess-runtime: vhart {vhart} started on hart {} (deadline budget {:?})",
+            crate::hart::trace_line(format_args!(
+                "vhart {vhart} started on hart {} (deadline budget {:?})",
                 tess_sched::current_hart(),
                 deadline_budget()
-            );
+            ));
         }
         shared.roster.arrive();
         shared.doorbell.ring();
@@ -309,6 +321,7 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
     let mut idle = false;
     let mut current: Option<Task> = None;
     let mut last_poll = 0u64;
+    let mut contended = false;
     loop {
         let timing = shared.timing();
         let spec = match timing {
@@ -320,13 +333,21 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
             vhart,
             window: wins.window,
         };
+        // A hart that has done its window's work stays at the checkpoint for the rest of the
+        // window while an adaptation is in flight, or may be (another hart held the control
+        // channel when this one polled), idling on the doorbell: the adaptation then completes
+        // in the window it began in instead of a period or two later.
+        let mut linger = false;
         if let Some(spec) = &spec {
-            if window_over || wins.window.is_none_or(|w| clock::now_ns() >= w.end_ns) {
+            let in_window = wins.window.is_some_and(|w| clock::now_ns() < w.end_ns);
+            linger = window_over && in_window && entered && (shared.roster.pending() || contended);
+            if !linger && (window_over || !in_window) {
                 let w = wins.next(shared, spec);
                 hart.window = Some(w);
                 window_over = false;
                 idle = false;
                 last_poll = 0;
+                contended = false;
                 if entered {
                     if let Some(t) = current.take() {
                         current = shared.sched.tick(&hart, t);
@@ -339,6 +360,9 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
             break;
         }
         if vhart != 0 && shared.roster.must_retire(vhart) {
+            if trace() {
+                trace_line(format_args!("vhart {vhart} retires"));
+            }
             if let Some(t) = current.take() {
                 shared.orphan(t);
             }
@@ -355,9 +379,15 @@ pub(crate) fn run(shared: &Arc<Shared>, vhart: usize, fresh: bool) {
         let now = clock::now_ns();
         if now.saturating_sub(last_poll) >= shared.poll_interval_ns {
             last_poll = now;
-            shared.poll_control();
+            // Another hart was polling and may be starting an adaptation that this one must
+            // take part in: stay for the rest of the window rather than risk sleeping past it.
+            contended |= !shared.poll_control();
         } else if shared.roster.pending() {
             shared.try_complete();
+        }
+        if linger {
+            idle_wait(shared, &hart);
+            continue;
         }
         if !entered {
             if fresh && shared.roster.pending() {

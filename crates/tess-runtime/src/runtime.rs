@@ -220,14 +220,16 @@ impl Shared {
     }
 
     /// Reads one control message if no adaptation is pending and nobody else is reading.
-    pub(crate) fn poll_control(self: &Arc<Self>) {
+    /// Polls the control channel (or completes the pending adaptation). Returns false if
+    /// another hart was polling: it may be starting an adaptation this hart should wait for.
+    pub(crate) fn poll_control(self: &Arc<Self>) -> bool {
         if self.roster.pending() {
             self.try_complete();
-            return;
+            return true;
         }
         let msg = match self.control.try_lock() {
             Ok(mut link) => link.poll(),
-            Err(_) => return,
+            Err(_) => return false,
         };
         match msg {
             Some(Control::Adapt { seq, harts, window }) => {
@@ -247,16 +249,17 @@ impl Shared {
             }
             None => {}
         }
+        true
     }
 
     /// Starts an adaptation to `new` harts (module docs of `roster`).
     fn begin(self: &Arc<Self>, seq: Option<u64>, new: usize) {
         let old = self.roster.target();
         if crate::hart::trace() {
-            eprintln!(
-                "tess-runtime: vhart {:?} begins adaptation {seq:?}: {old} -> {new}",
+            crate::hart::trace_line(format_args!(
+                "vhart {:?} begins adaptation {seq:?}: {old} -> {new}",
                 crate::vhart_id()
-            );
+            ));
         }
         let retiring = if new < old {
             let mut threads = lock(&self.threads);
@@ -293,11 +296,11 @@ impl Shared {
         };
         let p = lock(&self.pending).take();
         if crate::hart::trace() {
-            eprintln!(
-                "tess-runtime: vhart {:?} completes adaptation {:?}",
+            crate::hart::trace_line(format_args!(
+                "vhart {:?} completes adaptation {:?}",
                 crate::vhart_id(),
                 p.as_ref().map(|p| (p.seq, p.old, p.new))
-            );
+            ));
         }
         if let Some(p) = p {
             for h in p.retiring {
@@ -313,6 +316,9 @@ impl Shared {
             self.counters.adaptations.fetch_add(1, Ordering::Relaxed);
             if let Some(seq) = p.seq {
                 lock(&self.control).ack(seq, p.new);
+            }
+            if crate::hart::trace() {
+                crate::hart::trace_line(format_args!("adaptation {:?} done", p.seq));
             }
         }
         self.roster.finish(claim);

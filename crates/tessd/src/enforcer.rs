@@ -26,7 +26,7 @@ pub struct Enforcer {
     managed: HartSet,
     /// IRQs steered at the last convergence.
     pub irqs_steered: usize,
-    /// Idle spinners of dedicated cells.
+    /// Idle spinners of dedicated cells and of the shared harts of time-triggered cells.
     pub spinners: crate::idle::Spinners,
     /// Foreign cgroups that undermine the layout (see `Backend::foreign_conflicts`).
     pub conflicts: Vec<String>,
@@ -108,9 +108,18 @@ impl Enforcer {
                 (_, Some(t)) if t.class != CellClass::Reserved => {
                     from.is_none() || before.is_some_and(|b| b.class == CellClass::Reserved)
                 }
-                (Some(b), Some(t)) => b.thread_slots != t.thread_slots,
+                // A reserved cell whose harts change keeps its threads; only those on harts it
+                // loses leave SCHED_DEADLINE (below), and sync re-places them.
+                (Some(_), Some(_)) => false,
                 (None, Some(_)) => false,
             };
+            if let (Some(t), false) = (target, release) {
+                if t.class == CellClass::Reserved {
+                    self.threads.evict(b, name, &t.cpus).with_context(|| {
+                        format!("moving the threads of cell {name} off the harts it loses")
+                    })?;
+                }
+            }
             if release {
                 let cpus = target
                     .map(|t| t.cpus.clone())
@@ -159,7 +168,7 @@ impl Enforcer {
             }
         }
         fault_pause();
-        // 5. Dedicated cells that spin: spinners, and a 1 ns timer slack for their threads.
+        // 5. Cells that spin: spinners, and a 1 ns timer slack for their threads.
         self.spinners
             .start_wanted(b, to)
             .context("starting idle spinners")?;
@@ -222,6 +231,7 @@ impl Enforcer {
                 );
             }
         }
+        self.spinners.stop_unwanted(layout);
         if let Err(e) = self.spinners.start_wanted(self.backend.as_ref(), layout) {
             tracing::warn!("restarting idle spinners: {e:#}");
         }

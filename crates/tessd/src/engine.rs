@@ -145,6 +145,17 @@ pub struct Engine {
     adapt_seq: u64,
 }
 
+/// Runtimes to tell about a change (see `Engine::apply`).
+#[derive(Debug, Default)]
+struct Adaptations {
+    /// Fewer harts: told first, and waited for.
+    shrinking: Vec<String>,
+    /// More harts, same timing: told before the kernel work.
+    gaining: Vec<String>,
+    /// Other harts or other timing: told after the commit.
+    changing: Vec<String>,
+}
+
 /// Builds the cgroup backend the configuration asks for.
 pub fn make_backend(config: &Config) -> Result<Box<dyn Backend>> {
     let h = tess_cgroup::detect().context("reading /proc/self/mountinfo")?;
@@ -372,10 +383,27 @@ impl Engine {
         let next_layout = self.enforcer.plan(&next);
         let generation = self.generation + 1;
         // Runtimes of shrinking cells retire their threads before the kernel takes harts away.
-        let (shrinking, growing) = self.adaptations(&next);
+        let Adaptations {
+            shrinking,
+            gaining,
+            changing,
+        } = self.adaptations(&next);
         for name in &shrinking {
             self.notify_runtime(name, &next, true);
         }
+        // Runtimes that only gain harts hear of it before the kernel work rather than after: a
+        // runtime acts on it at its next window, and the thread it then starts is placed on the
+        // new hart by the sync below or by the fork watcher. Overlapping the two saves the
+        // runtime up to a period. If the change fails they are told the old harts again.
+        for name in &gaining {
+            self.notify_runtime(name, &next, false);
+        }
+        let undo_gains = |engine: &mut Engine| {
+            let old = engine.cluster.clone();
+            for name in &gaining {
+                engine.notify_runtime(name, &old, false);
+            }
+        };
         let internal = |e: anyhow::Error| EngineError::new(ErrorKind::Internal, format!("{e:#}"));
         // Enforce first, then commit: a daemon killed in between restarts from the old committed
         // state and converges the kernel back to it.
@@ -391,6 +419,7 @@ impl Engine {
             {
                 tracing::error!("rolling back a failed change also failed: {back:#}");
             }
+            undo_gains(self);
             return Err(EngineError::new(
                 ErrorKind::Kernel,
                 format!("the kernel refused the change, which was rolled back: {e:#}"),
@@ -411,6 +440,7 @@ impl Engine {
             let _ = self
                 .enforcer
                 .converge(Some(&next_layout), &self.layout, &self.store);
+            undo_gains(self);
             return Err(internal(e));
         }
         let t3 = Instant::now();
@@ -424,8 +454,8 @@ impl Engine {
         self.cluster = next;
         self.layout = next_layout;
         self.generation = generation;
-        // Runtimes of growing cells start threads on the new harts now that the kernel has them.
-        for name in &growing {
+        // Runtimes whose harts move or whose timing changes hear of it once the kernel has it.
+        for name in &changing {
             let next = self.cluster.clone();
             self.notify_runtime(name, &next, false);
         }
@@ -452,24 +482,24 @@ impl Engine {
         Ok(result)
     }
 
-    /// Cells with a runtime whose number of harts shrinks or grows in `next`.
-    fn adaptations(&self, next: &Cluster) -> (Vec<String>, Vec<String>) {
-        let (mut shrink, mut grow) = (Vec::new(), Vec::new());
+    /// Cells with a runtime that must adapt to `next`, by kind of change.
+    fn adaptations(&self, next: &Cluster) -> Adaptations {
+        let mut a = Adaptations::default();
         for name in self.runtimes.keys() {
             let (Some(old), Some(new)) = (self.cluster.cells.get(name), next.cells.get(name))
             else {
                 continue;
             };
+            let same_policy = new.spec.policy == old.spec.policy;
             if new.harts.len() < old.harts.len() {
-                shrink.push(name.clone());
-            } else if new.harts.len() > old.harts.len()
-                || new.harts != old.harts
-                || new.spec.policy != old.spec.policy
-            {
-                grow.push(name.clone());
+                a.shrinking.push(name.clone());
+            } else if same_policy && old.harts.is_subset(&new.harts) && new.harts != old.harts {
+                a.gaining.push(name.clone());
+            } else if new.harts != old.harts || !same_policy {
+                a.changing.push(name.clone());
             }
         }
-        (shrink, grow)
+        a
     }
 
     /// Tells a cell's runtime about its new harts; when `wait`, waits for it to finish adapting
@@ -1018,6 +1048,20 @@ impl Engine {
                     tracing::info!(cells = ?gone, "removed ephemeral cells whose processes exited")
                 }
                 Err(e) => tracing::warn!("removing ephemeral cells {gone:?}: {}", e.message),
+            }
+        }
+    }
+
+    /// Whether threads wait to be promoted (housekeeping then runs every few milliseconds).
+    pub fn has_pending(&self) -> bool {
+        !self.enforcer.threads.pending_cells().is_empty()
+    }
+
+    /// Retries the promotions of threads that were waiting to wake on their hart.
+    pub fn retry_pending(&mut self) {
+        for cell in self.enforcer.threads.pending_cells() {
+            if let Err(e) = self.enforcer.sync_cell(&self.layout, &cell) {
+                tracing::warn!("cell {cell}: {e:#}");
             }
         }
     }

@@ -1,8 +1,10 @@
-//! Idle spinners: what keeps a dedicated cell's harts busy when the cell has nothing to run
-//! ([`tess_core::spec::IdleMode::Spin`]).
+//! Idle spinners: what keeps a cell's harts busy when nothing wants them
+//! ([`tess_core::spec::IdleMode::Spin`], the default of dedicated and time-triggered cells).
 //!
 //! A spinner is a tiny process (`tessd __spin-idle HART`) under `SCHED_IDLE`, pinned to one hart
-//! of the cell and placed in the cell's cgroups. A waking thread of the cell preempts it at once,
+//! of the cell and placed in the cell's cgroups (a dedicated cell) or left in the system group
+//! (the shared harts of time- and event-triggered cells: in the cell's cgroup it would compete
+//! with the system by the cell's group weight). A waking thread of the cell preempts it at once,
 //! so it only ever takes time nobody in the cell wants, but the hart never enters an idle state:
 //! measured on this virtual machine, the median wake-up latency of a 1 ms periodic task in a
 //! dedicated cell falls from 71 us to 23 us (an idle vCPU must be woken by the hypervisor).
@@ -10,8 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::time::{Duration, Instant};
 use tess_cgroup::Backend;
-use tess_core::layout::Layout;
+use tess_core::layout::{CellClass, Layout};
 use tess_sched::HartSet;
 
 /// The argument that turns the tessd binary into a spinner.
@@ -19,10 +22,26 @@ pub const SPIN_ARG: &str = "__spin-idle";
 
 /// Entry point of a spinner process; never returns.
 pub fn spin(hart: usize) -> ! {
-    let _ = tess_sched::affinity::set_affinity(0, &HartSet::single(hart));
+    // The daemon's raised priority is inherited; a spinner must yield to everything, even if
+    // the kernel refused SCHED_IDLE below.
+    // SAFETY: setpriority on the calling thread has no memory-safety implications.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
     let _ = tess_sched::attr::set_policy(0, tess_sched::Policy::Idle, 0);
     loop {
-        std::hint::spin_loop();
+        // Moving a task into a v1 cpuset, or shrinking its cpuset, resets its affinity (the
+        // sweep of the root does that to a shared-hart spinner), so the pinning is checked now
+        // and then. A spinner that cannot run on its hart (its group lost the hart for now)
+        // sleeps and tries again: spinning elsewhere would only take time from others, and
+        // exiting would have the daemon start it again and again.
+        let pinned =
+            tess_sched::affinity::get_affinity(0).is_ok_and(|a| a == HartSet::single(hart));
+        if !pinned && tess_sched::affinity::set_affinity(0, &HartSet::single(hart)).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        for _ in 0..1_000_000 {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -37,10 +56,41 @@ fn spinner_hart(pid: i32) -> Option<usize> {
     }
 }
 
-/// Spinners by cell and hart.
+/// The key of spinners that belong to no cell: those keeping the shared harts of spinning
+/// time-triggered or event-triggered cells busy. They run where tessd runs (the system group),
+/// so other cells' tasks, and the system's, always come first.
+const SHARED: &str = "";
+
+/// What spinners `to` wants: by cell for dedicated cells, and under [`SHARED`] the harts that
+/// spinning reserved cells share with others (only those the system group may run on).
+fn wanted(to: &Layout) -> BTreeMap<String, HartSet> {
+    let mut want = BTreeMap::new();
+    let mut shared = HartSet::new();
+    for (cell, c) in to.cells.iter().filter(|(_, c)| c.idle_spin) {
+        match c.class {
+            CellClass::Dedicated => {
+                want.insert(cell.clone(), c.cpus.clone());
+            }
+            _ => shared = shared.union(&c.cpus.intersection(&to.system)),
+        }
+    }
+    if !shared.is_empty() {
+        want.insert(SHARED.to_string(), shared);
+    }
+    want
+}
+
+/// How long a shared-hart spinner outlives the last spinning cell on its hart. Starting a
+/// spinner costs a process spawn on the path of a change, and a cell that shrinks often grows
+/// back (a resize 2 -> 1 -> 2 harts would otherwise stop and start one each time).
+const SHARED_LINGER: Duration = Duration::from_secs(2);
+
+/// Spinners by cell (or [`SHARED`]) and hart.
 #[derive(Debug, Default)]
 pub struct Spinners {
     by_cell: BTreeMap<String, BTreeMap<usize, i32>>,
+    /// Shared-hart spinners no cell wants any more, and since when.
+    unwanted_since: BTreeMap<usize, Instant>,
 }
 
 impl Spinners {
@@ -57,31 +107,46 @@ impl Spinners {
         self.by_cell.values().any(|m| m.values().any(|p| *p == pid))
     }
 
-    /// Finds spinners already running in cells (left by an earlier daemon).
+    /// Finds spinners already running (left by an earlier daemon): in cells, and those of
+    /// shared harts anywhere else.
     pub fn adopt(&mut self, backend: &dyn Backend) {
-        for cell in backend.existing_cells().unwrap_or_default() {
-            for pid in backend.processes(&cell).unwrap_or_default() {
-                if let Some(h) = spinner_hart(pid) {
-                    self.by_cell.entry(cell.clone()).or_default().insert(h, pid);
-                }
-            }
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+            let Some(h) = spinner_hart(pid) else {
+                continue;
+            };
+            let cell = backend.cell_of_pid(pid).unwrap_or_default();
+            self.by_cell.entry(cell).or_default().insert(h, pid);
         }
     }
 
-    /// Stops the spinners of cells that no longer want them (or are gone). Run before cells
+    /// Stops the spinners that `to` does not want (or whose cell is gone). Run before cells
     /// are removed, so no spinner is ever evacuated onto the system's harts.
+    /// Shared-hart spinners linger for [`SHARED_LINGER`].
     pub fn stop_unwanted(&mut self, to: &Layout) {
+        let want = wanted(to);
+        let now = Instant::now();
+        let unwanted_since = &mut self.unwanted_since;
         for (cell, harts) in self.by_cell.iter_mut() {
-            let want = to
-                .cells
-                .get(cell)
-                .filter(|c| c.idle_spin)
-                .map(|c| c.cpus.clone())
-                .unwrap_or_default();
+            let want = want.get(cell).cloned().unwrap_or_default();
             harts.retain(|h, pid| {
-                let keep = want.contains(*h) && spinner_hart(*pid) == Some(*h);
+                let lingers = cell == SHARED && {
+                    let since = if want.contains(*h) {
+                        unwanted_since.remove(h);
+                        now
+                    } else {
+                        *unwanted_since.entry(*h).or_insert(now)
+                    };
+                    now.duration_since(since) < SHARED_LINGER
+                };
+                let keep = (want.contains(*h) || lingers) && spinner_hart(*pid) == Some(*h);
                 if !keep {
                     kill(*pid);
+                    if cell == SHARED {
+                        unwanted_since.remove(h);
+                    }
                 }
                 keep
             });
@@ -89,14 +154,14 @@ impl Spinners {
         self.by_cell.retain(|_, h| !h.is_empty());
     }
 
-    /// Starts the missing spinners of cells that want them.
+    /// Starts the missing spinners that `to` wants.
     pub fn start_wanted(&mut self, backend: &dyn Backend, to: &Layout) -> anyhow::Result<()> {
         let exe = std::env::current_exe()?;
-        for (cell, cl) in to.cells.iter().filter(|(_, c)| c.idle_spin) {
-            for h in cl.cpus.iter() {
+        for (cell, harts) in wanted(to) {
+            for h in harts.iter() {
                 let running = self
                     .by_cell
-                    .get(cell)
+                    .get(&cell)
                     .and_then(|m| m.get(&h))
                     .is_some_and(|p| spinner_hart(*p) == Some(h));
                 if running {
@@ -111,7 +176,9 @@ impl Spinners {
                 let pid = child.id() as i32;
                 // Never waited for: tessd ignores SIGCHLD, so the kernel reaps spinners.
                 drop(child);
-                backend.attach_process(cell, pid, true)?;
+                if cell != SHARED {
+                    backend.attach_process(&cell, pid, true)?;
+                }
                 self.by_cell.entry(cell.clone()).or_default().insert(h, pid);
             }
         }

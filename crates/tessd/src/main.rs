@@ -148,6 +148,9 @@ fn lock_state(dir: &std::path::Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// The daemon's CFS nice value (see `run`).
+const DAEMON_NICE: libc::c_int = -10;
+
 fn run(args: Args) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -193,6 +196,16 @@ fn run(args: Args) -> Result<()> {
         libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    // A change to a cell waits on the daemon, so the daemon must not wait behind the batch work
+    // it shares the system harts with: its threads (which inherit this) run at nice -10. They
+    // sleep almost always; the spinners it starts set their own policy.
+    // SAFETY: setpriority on the calling thread (who = 0) has no memory-safety implications.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, DAEMON_NICE) } != 0 {
+        tracing::warn!(
+            "could not raise the daemon's priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     // The daemon's own threads must never sit on a dedicated hart: they start in the root and the
     // first sweep moves them to the system group.
     let interval = Duration::from_millis(config.sweep_interval_ms);
@@ -205,9 +218,21 @@ fn run(args: Args) -> Result<()> {
         let engine = engine.clone();
         std::thread::Builder::new()
             .name("tessd-housekeep".into())
-            .spawn(move || loop {
-                std::thread::sleep(interval);
-                engine.lock().unwrap_or_else(|p| p.into_inner()).housekeep();
+            .spawn(move || {
+                // Threads waiting to wake on their hart are retried every 5 ms; everything else
+                // runs every `interval`.
+                let fast = Duration::from_millis(5);
+                let mut last_full = std::time::Instant::now();
+                loop {
+                    std::thread::sleep(fast.min(interval));
+                    let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+                    if last_full.elapsed() >= interval {
+                        e.housekeep();
+                        last_full = std::time::Instant::now();
+                    } else if e.has_pending() {
+                        e.retry_pending();
+                    }
+                }
             })?;
     }
     match tessd::procmon::ProcMonitor::open() {
@@ -222,9 +247,10 @@ fn run(args: Args) -> Result<()> {
                     }
                 };
                 for f in forks {
-                    let cell = engine.lock().unwrap_or_else(|p| p.into_inner()).tracked_cell_of(f.parent_tid);
-                    if let Some(cell) = cell {
-                        engine.lock().unwrap_or_else(|p| p.into_inner()).on_fork(&cell);
+                    let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(cell) = e.tracked_cell_of(f.creator()) {
+                        tracing::debug!(creator = f.creator(), child = f.child_tid, cell, "new task in a reserved cell");
+                        e.on_fork(&cell);
                     }
                 }
             })?;

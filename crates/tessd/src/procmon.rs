@@ -15,9 +15,13 @@ const NLMSG_HDRLEN: usize = 16;
 const CN_MSG_LEN: usize = 20;
 
 /// A fork (process or thread creation).
+///
+/// The kernel fills `parent_*` from the new task's `real_parent`: for a new process that is the
+/// thread that forked, but for a new thread it is the *process's* parent (threads share it), not
+/// the thread that called `clone`. [`Fork::creator_process`] says where to look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fork {
-    /// Thread that forked.
+    /// The new task's parent (see above).
     pub parent_tid: i32,
     /// Its process.
     pub parent_tgid: i32,
@@ -25,6 +29,23 @@ pub struct Fork {
     pub child_tid: i32,
     /// The new thread's process.
     pub child_tgid: i32,
+}
+
+impl Fork {
+    /// Whether this created a thread in an existing process rather than a new process.
+    pub fn is_thread(&self) -> bool {
+        self.child_tid != self.child_tgid
+    }
+
+    /// A task whose cell the new task starts in: the process it joined (a new thread), else the
+    /// thread that forked (a new process).
+    pub fn creator(&self) -> i32 {
+        if self.is_thread() {
+            self.child_tgid
+        } else {
+            self.parent_tid
+        }
+    }
 }
 
 /// A subscription to process events.
@@ -167,6 +188,22 @@ mod tests {
                 child_tgid: 10
             }]
         );
+        assert_eq!(
+            parse(&m)[0].creator(),
+            10,
+            "a new thread belongs to its process"
+        );
+        let process = Fork {
+            parent_tid: 12,
+            parent_tgid: 10,
+            child_tid: 13,
+            child_tgid: 13,
+        };
+        assert_eq!(
+            process.creator(),
+            12,
+            "a new process starts where its forker is"
+        );
         assert!(parse(&m[..20]).is_empty());
         assert!(parse(&[0xff; 64]).is_empty());
     }
@@ -184,10 +221,14 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             let forks = mon.next_forks().unwrap();
-            if forks
+            if let Some(f) = forks
                 .iter()
-                .any(|f| f.child_tid == child && f.child_tgid == me)
+                .find(|f| f.child_tid == child && f.child_tgid == me)
             {
+                // The reported parent is our process's parent, not this thread: the new thread
+                // must be traced to its process.
+                assert!(f.is_thread());
+                assert_eq!(f.creator(), me);
                 break;
             }
             assert!(

@@ -54,11 +54,11 @@ fn demote(tid: i32) -> Result<(), SchedError> {
     ok_or_gone(attr::set_policy(tid, Policy::OTHER, 0))
 }
 
-/// Where a thread sits.
+/// Where a thread sits: its cell and the harts of its slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Placement {
     cell: String,
-    slot: usize,
+    harts: HartSet,
 }
 
 /// What [`ThreadManager::sync`] did.
@@ -83,6 +83,8 @@ pub struct SyncReport {
 #[derive(Debug, Default)]
 pub struct ThreadManager {
     placed: HashMap<i32, Placement>,
+    /// Cells with threads waiting to be promoted (see [`SyncReport::pending`]).
+    pending: std::collections::BTreeSet<String>,
 }
 
 /// Error from thread management.
@@ -124,6 +126,12 @@ fn deadline(r: &Reservation) -> Policy {
 }
 
 impl ThreadManager {
+    /// Cells with threads waiting to be promoted: housekeeping retries them every few
+    /// milliseconds until they are done.
+    pub fn pending_cells(&self) -> Vec<String> {
+        self.pending.iter().cloned().collect()
+    }
+
     /// The cell a tracked thread belongs to.
     pub fn cell_of(&self, tid: i32) -> Option<&str> {
         self.placed.get(&tid).map(|p| p.cell.as_str())
@@ -157,6 +165,37 @@ impl ThreadManager {
         Ok(n)
     }
 
+    /// Takes the deadline threads of `cell` that sit outside `keep` out of `SCHED_DEADLINE` and
+    /// lets them run on `keep` (before the cell's cpuset shrinks to `keep`: a deadline thread
+    /// cannot be moved out of its root domain). The next sync places them again.
+    pub fn evict(
+        &mut self,
+        backend: &dyn Backend,
+        cell: &str,
+        keep: &HartSet,
+    ) -> Result<usize, ThreadError> {
+        let mut n = 0;
+        for tid in backend.threads(cell)? {
+            let aff = match self.placed.get(&tid).filter(|p| p.cell == cell) {
+                Some(p) => p.harts.clone(),
+                None => affinity::get_affinity(tid).unwrap_or_default(),
+            };
+            if aff.is_subset(keep) {
+                continue;
+            }
+            if matches!(attr::get_policy(tid), Ok((Policy::Deadline { .. }, _))) {
+                demote(tid).map_err(|source| ThreadError::Sched {
+                    cell: cell.into(),
+                    source,
+                })?;
+                n += 1;
+            }
+            let _ = affinity::set_affinity(tid, keep);
+            self.placed.remove(&tid);
+        }
+        Ok(n)
+    }
+
     /// Brings every thread of reserved cell `cell` under its reservation.
     pub fn sync(
         &mut self,
@@ -176,12 +215,40 @@ impl ThreadManager {
         // Slot assignment: keep, else least populated.
         let mut count = vec![0usize; slots.len()];
         let mut slot_of: BTreeMap<i32, usize> = BTreeMap::new();
-        for &tid in &tids {
-            if let Some(p) = self.placed.get(&tid) {
-                if p.cell == cell && p.slot < slots.len() {
-                    count[p.slot] += 1;
-                    slot_of.insert(tid, p.slot);
-                }
+        // A thread stays where it is when its affinity is one of the slots: a resize never moves
+        // a thread that can stay, and a thread that pinned itself to a free hart before it was
+        // promoted keeps that hart. Threads tess placed before come first; a newcomer keeps its
+        // hart only if nobody else holds it.
+        // Where each thread is: the harts tess placed it on, else its affinity (a cpuset that
+        // grows widens its tasks' affinity, so tess's own record comes first).
+        let affinity_of: BTreeMap<i32, HartSet> = tids
+            .iter()
+            .map(|&t| {
+                let placed = self
+                    .placed
+                    .get(&t)
+                    .filter(|p| p.cell == cell)
+                    .map(|p| p.harts.clone());
+                (
+                    t,
+                    placed.unwrap_or_else(|| affinity::get_affinity(t).unwrap_or_default()),
+                )
+            })
+            .collect();
+        let tracked = |tid: &i32| self.placed.get(tid).is_some_and(|p| p.cell == cell);
+        let (known, newcomers): (Vec<i32>, Vec<i32>) = tids.iter().copied().partition(tracked);
+        for (tid, is_known) in known
+            .iter()
+            .map(|t| (*t, true))
+            .chain(newcomers.iter().map(|t| (*t, false)))
+        {
+            let aff = &affinity_of[&tid];
+            let keep = (0..slots.len())
+                .filter(|&s| slots[s] == *aff && (is_known || count[s] == 0))
+                .min_by_key(|&s| (count[s], s));
+            if let Some(s) = keep {
+                count[s] += 1;
+                slot_of.insert(tid, s);
             }
         }
         for &tid in &tids {
@@ -273,26 +340,50 @@ impl ThreadManager {
         // Phase 2: grow in place, then promote newcomers (time-triggered ones at a window start,
         // so a thread that stays runnable runs exactly in its window).
         grow.sort_by_key(|g| g.3);
-        let mut aligned = false;
-        for (tid, s, r, new) in &grow {
-            if *new && !aligned {
-                if let Some(offset) = res.offset {
-                    sleep_to_window(res.period, offset);
-                }
-                aligned = true;
-            }
+        let (old, new): (Vec<_>, Vec<_>) = grow.into_iter().partition(|g| !g.3);
+        for (tid, s, r, _) in &old {
             if promote(*tid, r, &slots[*s]).map_err(sched_err)? {
                 report.changes += 1;
-            } else {
-                report.pending += 1;
             }
+        }
+        // Newcomers: a thread just created or just re-pinned may still sit on another hart's
+        // runqueue for a moment (the kernel migrates it at once, but asynchronously); retry for
+        // a few milliseconds before leaving it to a later sync.
+        let mut pending = new;
+        // Time-triggered promotions happen at window starts, so each attempt waits for one.
+        let attempts = if res.offset.is_some() { 3 } else { 10 };
+        for attempt in 0..attempts {
+            if pending.is_empty() {
+                break;
+            }
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _window = res
+                .offset
+                .map(|offset| WindowStart::wait(res.period, offset));
+            let mut still = Vec::new();
+            for g in pending {
+                if promote(g.0, &g.2, &slots[g.1]).map_err(sched_err)? {
+                    report.changes += 1;
+                } else {
+                    still.push(g);
+                }
+            }
+            pending = still;
+        }
+        report.pending += pending.len();
+        if report.pending > 0 {
+            self.pending.insert(cell.to_string());
+        } else {
+            self.pending.remove(cell);
         }
         for (tid, s, share) in &plan {
             self.placed.insert(
                 *tid,
                 Placement {
                     cell: cell.into(),
-                    slot: *s,
+                    harts: slots[*s].clone(),
                 },
             );
             if share.is_some() {
@@ -305,16 +396,44 @@ impl ThreadManager {
     }
 }
 
-/// Sleeps until just before the next window start of `(period, offset)` at least
-/// [`ALIGN_MARGIN`] away, and spins to it.
-fn sleep_to_window(period: Duration, offset: Duration) {
-    let start = clock::next_grid_point(
-        clock::now_ns() + clock::ns(ALIGN_MARGIN),
-        clock::ns(period),
-        clock::ns(offset),
-    );
-    clock::sleep_until_ns(start.saturating_sub(clock::ns(ALIGN_SPIN)));
-    clock::spin_until_ns(start);
+/// Being at a window start: the calling thread runs as `SCHED_FIFO` 99 from just before the
+/// start until dropped, so that it wakes on time and is not preempted between the start and the
+/// promotions it makes there.
+struct WindowStart {
+    previous: Option<Policy>,
+}
+
+/// How late after a window start a promotion still counts as "at the start".
+const ALIGN_TOLERANCE: Duration = Duration::from_micros(30);
+
+impl WindowStart {
+    /// Waits for the next window start of `(period, offset)` at least [`ALIGN_MARGIN`] away:
+    /// sleeps to just before it, spins the rest, and if the sleep overshot, takes the next one.
+    fn wait(period: Duration, offset: Duration) -> WindowStart {
+        let previous = attr::get_policy(0).ok().map(|p| p.0);
+        let raised = attr::set_policy(0, Policy::Fifo { priority: 99 }, 0).is_ok();
+        let (p, o) = (clock::ns(period), clock::ns(offset));
+        let mut start = clock::next_grid_point(clock::now_ns() + clock::ns(ALIGN_MARGIN), p, o);
+        loop {
+            clock::sleep_until_ns(start.saturating_sub(clock::ns(ALIGN_SPIN)));
+            let now = clock::spin_until_ns(start);
+            if now <= start + clock::ns(ALIGN_TOLERANCE) {
+                break;
+            }
+            start = clock::next_grid_point(now + clock::ns(ALIGN_MARGIN), p, o);
+        }
+        WindowStart {
+            previous: previous.filter(|_| raised),
+        }
+    }
+}
+
+impl Drop for WindowStart {
+    fn drop(&mut self) {
+        if let Some(p) = self.previous {
+            let _ = attr::set_policy(0, p, 0);
+        }
+    }
 }
 
 impl ThreadManager {
@@ -346,7 +465,7 @@ impl ThreadManager {
             .iter()
             .filter_map(|t| Some((*t, attr::get_policy(*t).ok()?.0)))
             .collect();
-        sleep_to_window(res.period, res.offset.expect("time-triggered"));
+        let _start = WindowStart::wait(res.period, res.offset.expect("time-triggered"));
         let sched_err = |source| ThreadError::Sched {
             cell: cell.into(),
             source,
@@ -377,12 +496,12 @@ fn promote(tid: i32, r: &Reservation, slot: &HartSet) -> Result<bool, SchedError
             Err(SchedError::DeadlineBandwidth { .. }) if clock::now_ns() < give_up => {
                 std::thread::sleep(Duration::from_micros(500));
             }
-            Err(e @ SchedError::NotPermitted { .. }) => {
-                return match tess_sched::proc::last_hart(tid) {
-                    Some(h) if !slot.contains(h) => Ok(false),
-                    None => Ok(false),
-                    Some(_) => Err(e),
-                };
+            // tessd runs as root, so EPERM means the thread is not (yet) on a runqueue of its
+            // root domain (asleep on another hart, or just created there), or it is exiting:
+            // either way, a later sync settles it.
+            Err(SchedError::NotPermitted { .. }) => {
+                let _ = slot;
+                return Ok(false);
             }
             other => return ok_or_gone(other).map(|_| true),
         }

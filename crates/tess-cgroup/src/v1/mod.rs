@@ -29,6 +29,7 @@ pub mod pids;
 
 use crate::fs::Fs;
 use crate::{Backend, CgroupError, Result, Version};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tess_core::layout::{CellClass, CellLayout, DomainMode, Layout};
@@ -54,6 +55,10 @@ pub struct V1 {
     group: String,
     fs: Fs,
     all: Mutex<HartSet>,
+    /// Root tasks the kernel refused to move (kernel threads). The sweep runs on every change
+    /// and housekeeping tick; skipping them saves a refused open+write per kernel thread each
+    /// time (hundreds of microseconds in a resize on a small machine, more on a large one).
+    unmovable: Mutex<BTreeSet<i32>>,
 }
 
 const PROCS: &str = "cgroup.procs";
@@ -67,6 +72,7 @@ impl V1 {
             group: group.to_string(),
             fs,
             all: Mutex::new(HartSet::new()),
+            unmovable: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -321,8 +327,29 @@ impl Backend for V1 {
         if !system.exists() {
             return Ok(0);
         }
-        self.fs
-            .move_all(&self.paths.cpuset.join(PROCS), &system.join(PROCS))
+        let ids = self.fs.read_ids(&self.paths.cpuset.join(PROCS))?;
+        let mut unmovable = self.unmovable.lock().unwrap_or_else(|p| p.into_inner());
+        // A pid that left the root is forgotten, so a reused pid is tried again.
+        let present: BTreeSet<i32> = ids.iter().copied().collect();
+        unmovable.retain(|id| present.contains(id));
+        let to = system.join(PROCS);
+        let mut moved = 0;
+        for id in ids {
+            if unmovable.contains(&id) {
+                continue;
+            }
+            match self.fs.write(&to, &id.to_string()) {
+                Ok(()) => moved += 1,
+                Err(CgroupError::Write { source, .. })
+                    if source.raw_os_error() == Some(libc::EINVAL) =>
+                {
+                    unmovable.insert(id);
+                }
+                // Exited meanwhile.
+                Err(_) => {}
+            }
+        }
+        Ok(moved)
     }
 
     fn teardown(&self) -> Result<()> {

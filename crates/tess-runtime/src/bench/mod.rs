@@ -389,7 +389,7 @@ fn report(
         floor_hart,
     ));
     r.note(format!(
-        "design: each hart is released by its SCHED_DEADLINE period, spins on the shared clock to the scheduled start (grid point + {} lead-in), runs, and sched_yields {} before the window ends; entry is measured against that scheduled start, the kernel's release against the grid point",
+        "design: each hart is released by its SCHED_DEADLINE period, spins on the shared clock to the scheduled start (grid point + {} lead-in), runs, and sched_yields {} before the window ends; between windows tessd's SCHED_IDLE spinners keep the harts from halting (a halted vCPU wakes tens of us later, differently on each hart); entry is measured against that scheduled start, the kernel's release against the grid point",
         tess_core::units::format_duration(crate::Tuning::default().lead_in),
         tess_core::units::format_duration(crate::Tuning::default().guard),
     ));
