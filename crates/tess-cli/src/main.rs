@@ -2,6 +2,7 @@
 
 mod bench;
 mod cmd;
+mod net;
 mod output;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +50,9 @@ enum Command {
     /// The nameserver: services registered with tessd.
     #[command(subcommand)]
     Ns(cmd::ns::NsCmd),
+    /// The network service: flows, reservations and achieved rates.
+    #[command(subcommand)]
+    Net(net::NetCmd),
     /// Run a benchmark and print its figures (table, or one JSON object with --json).
     Bench(bench::BenchArgs),
     /// Internal workloads used by the benchmarks.
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Command::Quota(q) => cmd::quota::run(q),
         Command::Ns(n) => cmd::ns::run(n),
         Command::Logs(a) => cmd::logs::run(a),
+        Command::Net(n) => net::run(n),
         Command::Bench(b) => bench::run(b),
         Command::Work(w) => bench::work::run(w),
     };

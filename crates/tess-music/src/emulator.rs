@@ -19,6 +19,14 @@
 //! ```
 //! The host echoes `t0` in the answer's header, so `tf - t0` needs no lookup; `t0` is the actual
 //! send time (not the due time), so the emulator's own lateness does not count against the host.
+//!
+//! When the emulator shares a busy hart with other work it can be late sending packets 1-15 of a
+//! package, and `tf - t0` then includes the test equipment's own lateness, which a real SLABS
+//! (an FPGA) never has. [`Response::Ideal`] measures what a perfect device would see: the
+//! package's ideal duration (packet 15 is due 15 x 45.35 us = 680.27 us after packet 0) plus
+//! `tf` minus the actual send time of packet 15. The host cannot start on a package before its
+//! last packet arrives, so this removes exactly the emulator's lateness and nothing of the
+//! host's.
 //! Packages whose answers have not arrived `drain` after the last packet count as lost (missed).
 //! The first `warmup` of packages is sent and answered but not measured.
 //!
@@ -104,6 +112,20 @@ pub struct EmulatorConfig {
     pub pace: Pace,
     /// How long to wait for the last answers.
     pub drain: Duration,
+    /// What the response time is measured from.
+    pub response: Response,
+}
+
+/// What the response time of a package is measured from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Response {
+    /// `tf - t0`, from the actual send time of packet 0.
+    #[default]
+    Actual,
+    /// What a perfectly timed device would see: 680.27 us (packet 15's due offset) plus `tf`
+    /// minus the actual send time of packet 15 (module docs).
+    Ideal,
 }
 
 impl EmulatorConfig {
@@ -122,6 +144,7 @@ impl EmulatorConfig {
             warmup: Duration::from_secs(1),
             pace: Pace::Spin,
             drain: Duration::from_millis(50),
+            response: Response::Actual,
         }
     }
 }
@@ -364,11 +387,20 @@ fn summarise(
     sent: usize,
 ) -> EmulatorRun {
     let measured = warmup_packages.min(sent)..sent;
-    let response_ns: Vec<u32> = st.response[measured.clone()]
-        .iter()
-        .copied()
-        .filter(|&r| r != NONE)
-        .collect();
+    let span_ns = slabs::packet_offset_ns((PACKETS_PER_PACKAGE - 1) as u64) as u32;
+    let response_ns: Vec<u32> = match cfg.response {
+        Response::Actual => st.response[measured.clone()]
+            .iter()
+            .copied()
+            .filter(|&r| r != NONE)
+            .collect(),
+        Response::Ideal => st.after_last[measured.clone()]
+            .iter()
+            .copied()
+            .filter(|&r| r != NONE)
+            .map(|r| r.saturating_add(span_ns))
+            .collect(),
+    };
     let compute_us: Vec<f64> = measured
         .clone()
         .filter(|&k| st.response[k] != NONE)

@@ -5,6 +5,7 @@
 //! ```text
 //! t1 = kernel receive timestamp of packet 0 of package k          (SO_TIMESTAMPNS, CLOCK_REALTIME)
 //! t2 = CLOCK_REALTIME just after sendto() of package k's answer returns
+//!      (through the network service: just after its sendmmsg returns; see crate::netsvc)
 //! response = t2 - t1        late if response > 62 / 44100 s = 1405.896 us
 //! compute  = CLOCK_MONOTONIC from publishing package k to the last voice done
 //! ```
@@ -43,7 +44,8 @@
 //! voices take 14 us on one hart; `sendto` returns at `t2 = t1 + 697 us`: a response of 697 us,
 //! 709 us inside the deadline.
 
-use crate::net::{realtime_ns, Endpoint, NetError, Peer, Received, Wait};
+use crate::net::{realtime_ns, NetError, Peer, Received, Wait};
+use crate::netsvc::Transport;
 use crate::pool::{Pool, ThreadSetup};
 use crate::record::{AudioRecorder, SampleLog};
 use crate::slabs::{
@@ -83,6 +85,9 @@ pub struct HostConfig {
     pub log_capacity: usize,
     /// Seconds of output audio to keep for `--record` (0: none).
     pub record_seconds: f64,
+    /// Use a socket of this tess network service instead of one of our own (`t1` and `t2`
+    /// are then taken by the service; see [`crate::netsvc`]).
+    pub net_service: Option<String>,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -97,6 +102,7 @@ impl std::fmt::Debug for HostConfig {
             .field("warmup", &self.warmup)
             .field("log_capacity", &self.log_capacity)
             .field("record_seconds", &self.record_seconds)
+            .field("net_service", &self.net_service)
             .finish()
     }
 }
@@ -115,6 +121,7 @@ impl Default for HostConfig {
             // Ten minutes of packages.
             log_capacity: 10 * 60 * 1379,
             record_seconds: 0.0,
+            net_service: None,
         }
     }
 }
@@ -210,6 +217,18 @@ struct Ready {
     controls: [PadSample; PADS],
 }
 
+/// An answer sent through the network service, waiting for its transmit stamp (`t2`).
+#[derive(Debug, Clone, Copy)]
+struct Unstamped {
+    seq: u32,
+    t1_ns: u64,
+    compute_ns: u64,
+}
+
+/// Answers awaiting their stamps, by sequence number: 64 packages (46 ms) of slack for a
+/// service that falls behind.
+const UNSTAMPED_SLOTS: usize = 64;
+
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     ready: Ready,
@@ -220,7 +239,7 @@ struct InFlight {
 #[derive(Debug)]
 pub struct Host {
     cfg: HostConfig,
-    ep: Endpoint,
+    ep: Transport,
     pool: Pool,
     response_log: Arc<SampleLog>,
     compute_log: Arc<SampleLog>,
@@ -236,6 +255,7 @@ pub struct Host {
     pending: Option<Ready>,
     in_flight: Option<InFlight>,
     first_t1_ns: Option<u64>,
+    unstamped: [Option<Unstamped>; UNSTAMPED_SLOTS],
 }
 
 fn is_newer(a: u32, b: u32) -> bool {
@@ -245,7 +265,7 @@ fn is_newer(a: u32, b: u32) -> bool {
 impl Host {
     /// Binds the socket, builds the 32 voices and starts the workers.
     pub fn new(cfg: HostConfig) -> Result<Host, HostError> {
-        let ep = Endpoint::bind(cfg.bind)?;
+        let ep = Transport::open(cfg.bind, cfg.net_service.as_deref())?;
         let (tables, voices) = Engine::new(&cfg.synth).into_parts();
         let pool =
             Pool::new(tables, voices, cfg.workers, cfg.worker_setup.clone()).map_err(|source| {
@@ -273,6 +293,7 @@ impl Host {
             pending: None,
             in_flight: None,
             first_t1_ns: None,
+            unstamped: [None; UNSTAMPED_SLOTS],
         })
     }
 
@@ -331,6 +352,9 @@ impl Host {
             let wait = if busy { Wait::Poll } else { self.cfg.wait };
             if let Some(r) = self.ep.recv(&mut self.rx_buf[..], wait)? {
                 self.on_datagram(r);
+            }
+            while let Some((seq, t2_ns)) = self.ep.take_sent() {
+                self.on_stamp(seq as u32, t2_ns);
             }
             if self.in_flight.is_some() && self.pool.is_done() {
                 self.answer();
@@ -443,25 +467,51 @@ impl Host {
             timestamp_ns: f.ready.t0_ns,
         };
         slabs::encode_output(&mut self.tx_buf, &header, &self.block);
-        let sent = self.ep.send_to(&self.tx_buf[..], &f.ready.peer);
-        let t2_ns = realtime_ns();
-        if sent.is_err() {
-            self.counters.send_errors += 1;
-        }
+        let sent = self
+            .ep
+            .send_to(&self.tx_buf[..], &f.ready.peer, u64::from(f.ready.seq));
         self.counters.answered += 1;
         let first = *self.first_t1_ns.get_or_insert(f.ready.t1_ns);
+        let t2_ns = match sent {
+            Ok(t2) => t2,
+            Err(_) => {
+                self.counters.send_errors += 1;
+                Some(realtime_ns())
+            }
+        };
         if f.ready.t1_ns.saturating_sub(first) < clock::ns(self.cfg.warmup) {
             self.counters.warmup_packages += 1;
+        } else if let Some(t2_ns) = t2_ns {
+            self.log_response(f.ready.t1_ns, t2_ns, compute_ns);
         } else {
-            let response_ns = t2_ns.saturating_sub(f.ready.t1_ns);
-            if response_ns > slabs::DEADLINE_NS {
-                self.counters.late += 1;
-            }
-            self.response_log.push(response_ns);
-            self.compute_log.push(compute_ns);
+            // Through the network service: `t2` comes with the transmit stamp (on_stamp).
+            let slot = (f.ready.seq as usize) % UNSTAMPED_SLOTS;
+            self.unstamped[slot] = Some(Unstamped {
+                seq: f.ready.seq,
+                t1_ns: f.ready.t1_ns,
+                compute_ns,
+            });
         }
         if let Some(rec) = self.recorder.as_mut() {
             rec.push(&self.block);
+        }
+    }
+
+    fn log_response(&mut self, t1_ns: u64, t2_ns: u64, compute_ns: u64) {
+        let response_ns = t2_ns.saturating_sub(t1_ns);
+        if response_ns > slabs::DEADLINE_NS {
+            self.counters.late += 1;
+        }
+        self.response_log.push(response_ns);
+        self.compute_log.push(compute_ns);
+    }
+
+    /// The network service reports when the answer to package `seq` left: `t2`.
+    fn on_stamp(&mut self, seq: u32, t2_ns: u64) {
+        let slot = (seq as usize) % UNSTAMPED_SLOTS;
+        if let Some(u) = self.unstamped[slot].filter(|u| u.seq == seq) {
+            self.unstamped[slot] = None;
+            self.log_response(u.t1_ns, t2_ns, u.compute_ns);
         }
     }
 

@@ -19,7 +19,7 @@
 //! - [`synth`]: the Migrator (oscillators, tables, voices, mixer); [`pool`]: the spinning worker
 //!   runtime; [`host`]: the communication loop and `t2 - t1` (`tess-migrator`).
 //! - [`net`]: UDP with kernel receive timestamps; [`netns`]: the emulator's own namespace on a
-//!   veth pair.
+//!   veth pair; [`netsvc`]: the synthesizer's socket in the tess network service instead.
 //! - [`measure`]: `migrator_hart_fraction`, `max_oscillators_per_hart`.
 //! - [`scenario`]: processes, placements, interference ([`ep`], video), baselines C and D,
 //!   histograms, the table and the figures.
@@ -44,6 +44,7 @@ pub mod host;
 pub mod measure;
 pub mod net;
 pub mod netns;
+pub mod netsvc;
 pub mod pool;
 pub mod record;
 pub mod rt;

@@ -35,6 +35,7 @@ fn a_short_scenario_reports_both_ends_and_draws_its_histogram() {
             pace: Pace::Hybrid {
                 margin: Duration::from_micros(20),
             },
+            response: tess_music::emulator::Response::Actual,
         },
         interference: Interference {
             videos: 0,

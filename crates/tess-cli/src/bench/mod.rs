@@ -5,6 +5,7 @@
 mod isolation;
 mod music;
 mod mux;
+mod net;
 mod support;
 mod update;
 pub mod work;
@@ -46,12 +47,18 @@ enum Which {
     Isolation(Common),
     /// Latency of a 3-cell change, request to enforced (seed 004 section 3.3).
     Update(Common),
+    /// Gang-scheduled windows of a 2-hart time-triggered cell: skew between harts, window
+    /// entry, and adaptation latency of resizes (seed 004 Tables 1-2, issue 4).
+    Gang(Common),
     /// The live-music proof (seed 000): SLABS emulator and Migrator synthesizer in cells, alone
     /// and with interference cells, against plain Linux and SCHED_FIFO 99 baselines.
     Music(music::MusicArgs),
     /// Channel round trips and throughput between two processes on two harts, against a bare
     /// shared-memory flag, a futex, a Unix socket and a pipe (seed 003, seed 001 Table 1).
     Channel(ChannelArgs),
+    /// The network service's guarantees (seed 000 section 4.2, Fig. 8): the music pair through
+    /// the service beside an abusive streaming client, without and with reservations.
+    Net(net::NetArgs),
 }
 
 /// `tess bench channel`.
@@ -88,6 +95,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Update(c) => (c.clone(), update::run(&c)?),
         Which::Channel(a) => (a.common.clone(), channel(&a)?),
         Which::Music(a) => (a.common.clone(), music::run(&a)?),
+        Which::Gang(c) => {
+            let mut o = tess_runtime::bench::BenchOptions::new(c.quick);
+            o.hart = c.hart;
+            (c.clone(), tess_runtime::bench::run(&o)?)
+        }
+        Which::Net(a) => (a.common.clone(), net::run(&a)?),
     };
     if common.json {
         println!("{}", report.render_json());

@@ -101,6 +101,10 @@ struct ServeArgs {
     /// Do not lock memory (mlockall).
     #[arg(long)]
     no_mlock: bool,
+    /// Bind and answer through the tess network service of this name (its socket; t1 and t2
+    /// taken by the service next to the socket) instead of a socket of our own.
+    #[arg(long, value_name = "NAME")]
+    net_service: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -215,6 +219,7 @@ fn serve(a: &ServeArgs) -> Result<()> {
             (d.as_secs_f64() * 1379.0) as usize + 1379
         }),
         record_seconds,
+        net_service: a.net_service.clone(),
     };
     rt::install_signal_handlers().context("installing signal handlers")?;
     if !a.no_mlock {
@@ -226,8 +231,11 @@ fn serve(a: &ServeArgs) -> Result<()> {
         .context("placing the communication thread")?;
     let mut host = Host::new(cfg.clone()).context("starting the synthesizer host")?;
     eprintln!(
-        "tess-migrator: listening on {} ({} x {} oscillators, {} workers, wait {}{}{})",
+        "tess-migrator: listening on {}{} ({} x {} oscillators, {} workers, wait {}{}{})",
         host.local_addr(),
+        a.net_service
+            .as_ref()
+            .map_or(String::new(), |n| format!(" through network service {n:?}")),
         slabs::PADS,
         a.oscillators,
         workers,

@@ -44,6 +44,11 @@ struct Cli {
     /// Milliseconds to wait for the last answers.
     #[arg(long, default_value_t = 50)]
     drain_ms: u64,
+    /// Measure responses from the actual send of packet 0 (`actual`, the paper's tf - t0) or as a
+    /// perfectly timed device would see them (`ideal`: 680.27 us + tf - send of packet 15), which
+    /// removes the emulator's own lateness when it shares a busy hart.
+    #[arg(long, value_enum, default_value = "actual")]
+    response: tess_music::emulator::Response,
     /// Pin to this hart.
     #[arg(long)]
     hart: Option<usize>,
@@ -84,6 +89,7 @@ fn main() -> Result<()> {
     cfg.duration = Duration::from_secs_f64(cli.duration);
     cfg.warmup = Duration::from_secs_f64(cli.warmup);
     cfg.pace = cli.pace;
+    cfg.response = cli.response;
     cfg.drain = Duration::from_millis(cli.drain_ms);
     eprintln!(
         "tess-slabs: sending {:?} to {} for {} s (+{} s warm-up), pace {}",

@@ -90,6 +90,8 @@ pub struct EmulatorPlacement {
     /// `--pace`.
     #[serde(serialize_with = "ser_display")]
     pub pace: Pace,
+    /// `--response`.
+    pub response: crate::emulator::Response,
 }
 
 fn ser_display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
@@ -208,6 +210,7 @@ pub fn default_emulator() -> EmulatorPlacement {
         pace: Pace::Hybrid {
             margin: Duration::from_micros(20),
         },
+        response: crate::emulator::Response::Actual,
     }
 }
 
@@ -482,6 +485,11 @@ pub fn run_scenario(
         dev_samples.clone().into(),
         os("--pace"),
         os(spec.emulator.pace.to_string()),
+        os("--response"),
+        os(match spec.emulator.response {
+            crate::emulator::Response::Actual => "actual",
+            crate::emulator::Response::Ideal => "ideal",
+        }),
     ];
     if let Some(h) = spec.emulator.hart {
         args.extend([os("--hart"), os(h.to_string())]);
