@@ -75,6 +75,18 @@ pub struct MusicArgs {
     /// for completeness).
     #[arg(long, value_enum, default_value = "spin")]
     pub synth: SynthMode,
+    /// Network namespace the emulator runs in, reaching the synthesizer over a veth pair (a
+    /// second host, as in the paper; falls back to loopback if it cannot be made).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "tess-music",
+        conflicts_with = "loopback"
+    )]
+    pub netns: String,
+    /// Emulator and synthesizer talk over loopback instead.
+    #[arg(long)]
+    pub loopback: bool,
 }
 
 /// How the synthesizer runs inside its dedicated cell.
@@ -288,9 +300,10 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         .stderr(Stdio::null())
         .spawn()
         .ok();
+    let netns = (!a.loopback).then(|| a.netns.clone());
     let tess_part = (|| -> anyhow::Result<()> {
         if want('A') {
-            let spec = tess_spec(
+            let mut spec = tess_spec(
                 "A",
                 "tess: synthesizer in its dedicated cell, alone",
                 Interference::NONE,
@@ -298,6 +311,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
                 None,
                 a.synth,
             );
+            spec.netns = netns.clone();
             results.push(scenario::run_scenario(&spec, &env, &launcher)?);
         }
         capacity = run_capacity(
@@ -309,7 +323,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         )?;
         if want('B') {
             s.apply(group2.clone())?;
-            let spec = tess_spec(
+            let mut spec = tess_spec(
                 "B",
                 "tess: synthesizer in its cell, interference in cells",
                 Interference::GROUP2,
@@ -317,6 +331,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
                 a.record.clone(),
                 a.synth,
             );
+            spec.netns = netns.clone();
             let r = scenario::run_scenario(&spec, &env, &launcher);
             s.delete(&[VIDEO_TT, VIDEO_ET, EP[0], EP[1]])?;
             results.push(r?);
@@ -332,31 +347,29 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
     s.delete(&[SYNTH])?;
     tess_part?;
     if want('C') {
-        results.push(scenario::run_scenario(
-            &scenario::baseline_c(duration),
-            &env,
-            &PlainLauncher,
-        )?);
+        let mut c = scenario::baseline_c(duration);
+        c.netns = netns.clone();
+        results.push(scenario::run_scenario(&c, &env, &PlainLauncher)?);
     }
     if want('D') {
         let mut d = scenario::baseline_d(duration);
         d.synth.harts = Some(vec![synth_hart]);
         d.emulator.response = Response::Ideal;
+        d.netns = netns.clone();
         results.push(scenario::run_scenario(&d, &env, &PlainLauncher)?);
     }
     for r in results
         .iter_mut()
         .filter(|r| r.spec.name == "A" || r.spec.name == "B")
     {
-        // The runner describes placement from command-line flags; in cells tessd places.
-        let old = std::mem::take(&mut r.layout);
-        r.notes.retain(|n| *n != old);
+        // The runner describes placement from command-line flags; in cells tessd places. The
+        // link (veth pair or loopback) is the runner's last clause.
+        let link = r.layout.rsplit("; ").next().unwrap_or_default().to_string();
         r.layout = format!(
-            "synthesizer in dedicated cell {SYNTH} (hart {synth_hart}, {:?}); emulator in cell {SLABS} (hart {shared}){}",
+            "synthesizer in dedicated cell {SYNTH} (hart {synth_hart}, {:?}); emulator in cell {SLABS} (hart {shared}){}; {link}",
             a.synth,
             if r.spec.name == "B" { "; interference in cells on the same hart" } else { "" }
         );
-        r.notes.push(r.layout.clone());
     }
 
     let mut r = Report::new("music");
@@ -365,9 +378,6 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
     for res in &results {
         scenario::add_figures(&mut r, res);
         images.push(scenario::write_histogram(res, &out)?);
-        for n in &res.notes {
-            r.note(format!("{}: {n}", res.spec.name));
-        }
     }
     let fraction = capacity["migrator_hart_fraction"]
         .as_f64()

@@ -1,0 +1,206 @@
+//! The sample programs in a real cell (root, real kernel): the Rust (`examples/gang.rs`) and C
+//! (`examples/c/gang.c`) gang programs run in a 2-hart time-triggered cell of a private tessd,
+//! print both vhart ids, and survive `tess cell resize` from 2 harts to 1 and back, with `adapt`
+//! called for each resize.
+//!
+//! Needs `cargo build --workspace` first (for `tess` and `tessd`); `scripts/test` does that.
+#![cfg(not(loom))]
+
+mod c_example;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// target/<profile>: integration tests run from its `deps` directory.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn built(name: &str) -> PathBuf {
+    let p = profile_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        p.display()
+    );
+    p
+}
+
+/// A private tessd (own socket, state and cgroup subtree), holding the machine-wide lock that
+/// `scripts/with-tessd` and the CLI's root tests also take; reset when dropped.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: Child,
+    _lock: File,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let _ = std::fs::create_dir_all("/run/lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/run/lock/tess-dev.lock")
+            .expect("opening /run/lock/tess-dev.lock");
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; blocks until the lock is free.
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        let dir = tempfile::tempdir().unwrap();
+        let log = File::create(dir.path().join("tessd.log")).unwrap();
+        let child = Command::new(built("tessd"))
+            .args(Self::args(dir.path()))
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Daemon {
+            dir,
+            child,
+            _lock: lock,
+        };
+        let t0 = Instant::now();
+        while !d.tess(&["status"]).status.success() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "tessd did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    fn args(dir: &Path) -> Vec<String> {
+        vec![
+            "--socket".into(),
+            dir.join("tessd.sock").display().to_string(),
+            "--state-dir".into(),
+            dir.join("state").display().to_string(),
+            "--group".into(),
+            format!("tess-rt-{}", std::process::id()),
+        ]
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(built("tess"));
+        c.args(args)
+            .env("TESS_SOCKET", self.dir.path().join("tessd.sock"));
+        c
+    }
+
+    fn tess(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) {
+        let out = self.tess(args);
+        assert!(
+            out.status.success(),
+            "tess {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new(built("tessd"))
+            .args(Self::args(self.dir.path()))
+            .arg("--reset")
+            .output();
+    }
+}
+
+/// Runs `program` in a fresh 2-hart time-triggered cell for 6 s, resizing the cell to 1 hart
+/// after 2 s and back to 2 after 4 s; returns what it printed.
+fn run_in_cell(program: &Path, args: &[&str]) -> String {
+    let d = Daemon::start();
+    d.ok(&[
+        "cell",
+        "create",
+        "gang",
+        "--policy",
+        "time-triggered",
+        "--period",
+        "10ms",
+        "--active",
+        "2ms",
+        "--harts",
+        "2",
+    ]);
+    let mut run_args = vec!["run", "--cell", "gang", "--", program.to_str().unwrap()];
+    run_args.extend_from_slice(args);
+    let child = d
+        .command(&run_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    d.ok(&["cell", "resize", "gang", "--harts", "1"]);
+    std::thread::sleep(Duration::from_secs(2));
+    d.ok(&["cell", "resize", "gang", "--harts", "2"]);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{} failed: {text}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn assert_gang_output(text: &str) {
+    for want in [
+        "vhart 0 on hart",
+        "vhart 1 on hart",
+        "adapt(2 -> 1)",
+        "adapt(1 -> 2)",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    // vhart 1 starts twice: at the start and again after the cell grows back.
+    assert_eq!(
+        text.matches("vhart 1 on hart").count(),
+        2,
+        "vhart 1 should start twice:\n{text}"
+    );
+    assert_eq!(
+        text.matches("adapt(").count(),
+        2,
+        "adapt once per resize:\n{text}"
+    );
+}
+
+#[test]
+fn rust_gang_example_survives_resizes_in_a_cell() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let text = run_in_cell(&profile_dir().join("examples/gang"), &["--seconds", "6"]);
+    assert_gang_output(&text);
+}
+
+#[test]
+fn c_gang_example_survives_resizes_in_a_cell() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_example::build_c_gang(dir.path());
+    let text = run_in_cell(&exe, &["6"]);
+    assert_gang_output(&text);
+}
