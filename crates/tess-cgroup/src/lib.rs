@@ -115,6 +115,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// (`cpus`): moves them into the cell's cpu group. Returns how many moved.
     fn complete_attach(&self, name: &str, cpus: &HartSet) -> Result<usize>;
 
+    /// Puts the idle spinner `pid` of a shared hart (one that belongs to no cell) where it can
+    /// only take time nothing else wants. `SCHED_IDLE` alone is not enough: it is a weight (3),
+    /// and a cell's cpu group can weigh as little on one hart when the kernel keeps the
+    /// group's load elsewhere (measured on v1: a spinner in the cpu root took half a hart from
+    /// a best-effort cell). On v1 the spinner goes to an idle cpu group beside the cells
+    /// (`cpu.idle = 1`), where it competes with each cell at that cell's full weight. The
+    /// default leaves it where it is (v2: the system group, whose weight is its own).
+    fn attach_spinner(&self, _pid: i32) -> Result<()> {
+        Ok(())
+    }
+
     /// Thread ids in cell `name`.
     fn threads(&self, name: &str) -> Result<Vec<i32>>;
 

@@ -5,7 +5,10 @@
 //! ```text
 //! busy(k)        = CLOCK_MONOTONIC time to compute package k (all active voices + mixer)
 //! hart fraction  = busy / package period = busy / (32 / 44100 s) = busy / 725.624 us
-//! miss           = busy(k) > 725.624 us  (the hart could not keep up with the device)
+//! cpu(k)         = the thread's own CPU time for the same work (CLOCK_THREAD_CPUTIME_ID)
+//! miss           = busy(k) > 725.624 us and cpu(k) > 725.624 us (the hart could not keep up)
+//! stall          = busy(k) > 725.624 us but cpu(k) <= 725.624 us (the hart was taken away:
+//!                  a hypervisor stall, interrupts, a preemption; counted, not a capacity miss)
 //! capacity       = largest 32 x n oscillators with zero misses over the whole run
 //! ```
 //! Packages are paced on the package grid as the device would send them: the thread computes
@@ -21,8 +24,13 @@
 //! 1. Calibrate the cost of one oscillator from 0.3 s at 100 per voice.
 //! 2. Binary-search the oscillators per voice with short trials (a tenth of the duration, at
 //!    most 2 s, stopping at the first miss).
-//! 3. Confirm the result over the full duration; on a miss step down 5 % and confirm again (at
-//!    most 6 confirmations).
+//! 3. Confirm the result over the full duration; on a miss step down 15 % and confirm again
+//!    (at most 10 confirmations).
+//!
+//! Why stalls are set apart: on the development VM the vCPU of a dedicated hart is stalled
+//! for 1-17 ms a few times a minute (the FIFO-99 noise floor shows them too); such a stall lands
+//! in a computation at any load, so "zero late packages in 60 s" measures the hypervisor, not
+//! the hart. The stalls are reported beside the capacity.
 //!
 //! # Glossary
 //! - **busy**: time spent computing one package; **miss** (here): busy longer than a package
@@ -55,8 +63,10 @@ pub struct PacedRun {
     pub oscillators: usize,
     /// Packages measured.
     pub packages: usize,
-    /// Packages whose busy time exceeded the package period.
+    /// Packages whose busy time and CPU time both exceeded the package period.
     pub misses: usize,
+    /// Packages whose busy time exceeded the package period while their CPU time did not.
+    pub stalls: usize,
     /// Busy time per package, microseconds.
     pub busy_us: Summary,
     /// `busy_us.mean / 725.624 us`.
@@ -101,18 +111,22 @@ pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool)
     let measured = (clock::ns(duration) / PACKAGE_PERIOD_NS).max(1) as usize;
     let mut busy_ns = Vec::with_capacity(measured);
     let mut misses = 0;
+    let mut stalls = 0;
     let mut stopped_early = false;
     let mut next = clock::now_ns();
     for k in 0..WARMUP_PACKAGES + measured {
         gesture.frame(k as u64 * 32 + 31, &mut controls);
         clock::spin_until_ns(next);
-        let t0 = clock::now_ns();
+        let (t0, c0) = (clock::now_ns(), clock::thread_cpu_ns());
         engine.process(&controls, &mut out);
         let busy = clock::now_ns() - t0;
+        let cpu = clock::thread_cpu_ns() - c0;
         std::hint::black_box(&out);
         if k >= WARMUP_PACKAGES {
             busy_ns.push(busy);
-            if busy > PACKAGE_PERIOD_NS {
+            if busy > PACKAGE_PERIOD_NS && cpu <= PACKAGE_PERIOD_NS {
+                stalls += 1;
+            } else if busy > PACKAGE_PERIOD_NS {
                 misses += 1;
                 if stop_at_first_miss {
                     stopped_early = true;
@@ -134,6 +148,7 @@ pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool)
         oscillators: params.voice.oscillators * PADS,
         packages: busy_ns.len(),
         misses,
+        stalls,
         fraction_mean: busy_us.mean / period_us,
         fraction_max: busy_us.max / period_us,
         busy_us,

@@ -32,17 +32,7 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-/// Nanoseconds of `CLOCK_REALTIME` (the clock of kernel receive timestamps).
-#[inline]
-pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use tess_sched::clock::realtime_ns;
 
 /// How a receive call waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,16 +6,36 @@
 
 use std::time::Duration;
 
-/// Nanoseconds of `CLOCK_MONOTONIC`.
+/// Reads `clock` in nanoseconds.
 #[inline]
-pub fn now_ns() -> u64 {
+fn read_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; the clocks read here always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`.
+#[inline]
+pub fn now_ns() -> u64 {
+    read_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Nanoseconds of `CLOCK_REALTIME` (the clock of kernel receive timestamps, `SO_TIMESTAMPNS`).
+#[inline]
+pub fn realtime_ns() -> u64 {
+    read_ns(libc::CLOCK_REALTIME)
+}
+
+/// CPU time the calling thread has consumed, ns (`CLOCK_THREAD_CPUTIME_ID`: the scheduler's
+/// runtime of the thread, which excludes time the hart spent elsewhere, on interrupts when the
+/// kernel accounts them, or stolen by a hypervisor).
+#[inline]
+pub fn thread_cpu_ns() -> u64 {
+    read_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (`clock_nanosleep` with

@@ -176,7 +176,9 @@ impl Spinners {
                 let pid = child.id() as i32;
                 // Never waited for: tessd ignores SIGCHLD, so the kernel reaps spinners.
                 drop(child);
-                if cell != SHARED {
+                if cell == SHARED {
+                    backend.attach_spinner(pid)?;
+                } else {
                     backend.attach_process(&cell, pid, true)?;
                 }
                 self.by_cell.entry(cell.clone()).or_default().insert(h, pid);

@@ -132,6 +132,10 @@ impl V1 {
     }
 }
 
+/// The cpu group of shared-hart idle spinners, beside the cells' groups (a cell name cannot
+/// start with a dot).
+const SPINNER_GROUP: &str = ".idle-spinners";
+
 impl Backend for V1 {
     fn version(&self) -> Version {
         Version::V1
@@ -274,6 +278,19 @@ impl Backend for V1 {
         Ok(())
     }
 
+    fn attach_spinner(&self, pid: i32) -> Result<()> {
+        let cells = self.top(&self.paths.cpu).join("cells");
+        let dir = cells.join(SPINNER_GROUP);
+        self.fs.mkdir(&cells)?;
+        if self.fs.mkdir(&dir)? {
+            // Lowest weight where cpu.idle is missing (before Linux 5.15); an idle group
+            // refuses a weight, so it is set first.
+            let _ = self.fs.write(&dir.join("cpu.shares"), "2");
+            let _ = self.fs.write(&dir.join("cpu.idle"), "1");
+        }
+        self.fs.write(&dir.join(PROCS), &pid.to_string())
+    }
+
     fn complete_attach(&self, name: &str, cpus: &HartSet) -> Result<usize> {
         let cpu_dir = self.cell_dir(&self.paths.cpu, name);
         if !cpu_dir.exists() {
@@ -376,6 +393,7 @@ impl Backend for V1 {
             .chain(self.optional_hierarchies())
         {
             let top = self.top(h);
+            self.evacuate_and_remove(&top.join("cells").join(SPINNER_GROUP), h)?;
             self.evacuate_and_remove(&top.join("cells"), h)?;
             self.evacuate_and_remove(&top, h)?;
         }

@@ -409,6 +409,12 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
             fraction < 0.25,
             format!("{fraction:.4}"),
         );
+        if let Some(c) = capacity["capacity"]["confirmed"].as_object() {
+            r.note(format!(
+                "capacity: {oscillators:.0} oscillators computed every package within its period (busy and CPU time) over {} packages; {} packages were late because the hart was stalled (busy > period, own CPU time not: hypervisor, interrupts), which is not the hart's capacity",
+                c["packages"], c["stalls"]
+            ));
+        }
         r.target(
             "one hart sustains >= 30,000 oscillators",
             oscillators >= 30_000.0,

@@ -158,8 +158,8 @@ fn run_measure(m: &MeasureArgs) -> Result<()> {
         );
         match &capacity.confirmed {
             Some(c) => println!(
-                "max_oscillators_per_hart: {} (32 x {}; zero misses over {} packages, busy max {:.1} us, mean {:.1} us)",
-                capacity.oscillators, capacity.per_voice, c.packages, c.busy_us.max, c.busy_us.mean
+                "max_oscillators_per_hart: {} (32 x {}; zero misses over {} packages, busy max {:.1} us, mean {:.1} us; {} packages late from stalls of the hart, not counted)",
+                capacity.oscillators, capacity.per_voice, c.packages, c.busy_us.max, c.busy_us.mean, c.stalls
             ),
             None => println!("max_oscillators_per_hart: 0 (no count held without misses)"),
         }

@@ -114,9 +114,14 @@ pub fn cells(service_harts: &HartSet, shared: &HartSet) -> Vec<CellSpec> {
     svc.idle = Some(IdleMode::Halt);
     let one = HartSet::single(shared.first().expect("a shared hart"));
     let et = |(budget, period): (Duration, Duration)| Policy::EventTriggered { period, budget };
+    // The synthesizer sleeps between packets: its shared hart must not halt, or each packet
+    // waits for the hypervisor to wake the vCPU (without the abuser's load the music pair
+    // alone missed more deadlines than with it).
+    let mut synth = cell(SYNTH, et(SYNTH_RES), one.clone());
+    synth.idle = Some(IdleMode::Spin);
     vec![
         svc,
-        cell(SYNTH, et(SYNTH_RES), one.clone()),
+        synth,
         cell(ABUSE, Policy::BestEffort { weight: 100 }, one),
     ]
 }
