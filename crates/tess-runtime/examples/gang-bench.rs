@@ -1,5 +1,5 @@
 //! Runs `tess_runtime::bench::run` (what `tess bench gang` prints) against the tessd at
-//! `$TESS_SOCKET`: `scripts/with-tessd -- target/debug/examples/bench [--quick] [--json]`.
+//! `$TESS_SOCKET`: `scripts/with-tessd -- target/debug/examples/gang-bench [--quick] [--json]`.
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
