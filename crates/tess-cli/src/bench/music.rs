@@ -19,8 +19,8 @@
 //! event-triggered cell whose short deadline gives it precedence), the console service, and the
 //! interference cells. On one shared hart the demand-bound test decides what fits: a
 //! time-triggered window gives its cell the hart outright for its length, so windows must be
-//! shorter than the emulator's deadline minus its budget (here 300 us windows every 3 ms, beside
-//! a 400 us / 725.6 us emulator).
+//! shorter than the emulator's deadline minus its budget (here 200 us windows every 3 ms, beside
+//! a 480 us / 725.6 us emulator).
 //!
 //! # What is measured
 //!
@@ -452,7 +452,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         );
     }
     r.note(format!(
-        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (scenarios A, B) or holds the SCHED_FIFO 99 synthesizer (D); hart(s) {shared} hold the emulator, the console service and the interference, in the cells of examples/music/group1.toml and group2.toml (emulator event-triggered 400 us / 725.6 us; video time-triggered 300 us / 3 ms and event-triggered 3 ms / 33 ms; two best-effort EP cells); C and D run the same programs without cells"
+        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (scenarios A, B) or holds the SCHED_FIFO 99 synthesizer (D); hart(s) {shared} hold the emulator, the console service and the interference, in the cells of examples/music/group1.toml and group2.toml (emulator event-triggered 480 us / 725.6 us; video time-triggered 200 us / 3 ms and event-triggered 2 ms / 33 ms; two best-effort EP cells); C and D run the same programs without cells"
     ));
     r.note(format!("noise floor on hart {synth_hart} (SCHED_FIFO 99, 1 ms wake-ups, idle): median {:.1} us, p99 {:.1} us, max {:.1} us", floor.summary_us.median, floor.summary_us.p99, floor.summary_us.max));
     r.note("response = what a perfectly timed device sees: 680.27 us (the package's ideal duration) + time from the last packet's send to the answer (tess-slabs --response ideal), so the emulator's own lateness on its shared hart is not charged to the system under test");
