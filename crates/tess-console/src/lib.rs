@@ -32,17 +32,6 @@ pub struct Console {
     total_dropped: u64,
 }
 
-/// Wall-clock time in nanoseconds.
-fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Encodes one record (used by [`Console::log`] and tests).
 pub fn encode(time_ns: u64, dropped: u32, text: &str, out: &mut Vec<u8>) {
     out.clear();
@@ -103,7 +92,7 @@ impl Console {
         }
         let text = &line.as_bytes()[..end];
         let len = HEADER + text.len();
-        let now = realtime_ns();
+        let now = tess_sched::clock::realtime_ns();
         let dropped = self.dropped;
         let sent = match self.ep.sender().try_reserve(len) {
             Ok(mut slot) => {

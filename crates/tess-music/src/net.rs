@@ -26,9 +26,10 @@
 //! A packet stamped by the kernel at `1_700_000_000.000_100_000` s and an answer sent at
 //! `1_700_000_000.001_100_500` s give `t2 - t1 = 1_000_500` ns = 1000.5 us.
 
+use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -43,18 +44,18 @@ pub enum Wait {
     Block,
 }
 
-/// A socket address kept in kernel form, so sending to it needs no conversion. `Copy`.
+/// A socket address kept in kernel form (nix's [`SockaddrStorage`]), so sending to it needs no
+/// conversion. `Copy`.
 #[derive(Clone, Copy)]
 pub struct Peer {
-    storage: libc::sockaddr_storage,
-    len: libc::socklen_t,
+    addr: SockaddrStorage,
 }
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.to_socket_addr() {
             Some(a) => write!(f, "Peer({a})"),
-            None => write!(f, "Peer(<family {}>)", self.storage.ss_family),
+            None => write!(f, "Peer(<family {:?}>)", self.addr.family()),
         }
     }
 }
@@ -62,83 +63,24 @@ impl std::fmt::Debug for Peer {
 impl Peer {
     /// The kernel form of `addr`.
     pub fn from_socket_addr(addr: SocketAddr) -> Peer {
-        // SAFETY: sockaddr_storage is plain old data; all-zero is a valid (unspecified) value.
-        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let len = match addr {
-            SocketAddr::V4(a) => {
-                let sin = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as libc::sa_family_t,
-                    sin_port: a.port().to_be(),
-                    sin_addr: libc::in_addr {
-                        s_addr: u32::from_ne_bytes(a.ip().octets()),
-                    },
-                    sin_zero: [0; 8],
-                };
-                // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
-                unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
-                size_of::<libc::sockaddr_in>()
-            }
-            SocketAddr::V6(a) => {
-                let sin6 = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                    sin6_port: a.port().to_be(),
-                    sin6_flowinfo: a.flowinfo(),
-                    sin6_addr: libc::in6_addr {
-                        s6_addr: a.ip().octets(),
-                    },
-                    sin6_scope_id: a.scope_id(),
-                };
-                // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
-                unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
-                size_of::<libc::sockaddr_in6>()
-            }
-        };
         Peer {
-            storage,
-            len: len as libc::socklen_t,
+            addr: SockaddrStorage::from(addr),
         }
     }
 
     /// The address, if it is IPv4 or IPv6.
     pub fn to_socket_addr(&self) -> Option<SocketAddr> {
-        match i32::from(self.storage.ss_family) {
-            libc::AF_INET => {
-                // SAFETY: the family says the storage holds a sockaddr_in, which it can contain.
-                let sin = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
-                Some(SocketAddr::V4(SocketAddrV4::new(
-                    u32::from_be(sin.sin_addr.s_addr).into(),
-                    u16::from_be(sin.sin_port),
-                )))
-            }
-            libc::AF_INET6 => {
-                // SAFETY: the family says the storage holds a sockaddr_in6, which it can contain.
-                let sin6 = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in6) };
-                Some(SocketAddr::V6(SocketAddrV6::new(
-                    sin6.sin6_addr.s6_addr.into(),
-                    u16::from_be(sin6.sin6_port),
-                    sin6.sin6_flowinfo,
-                    sin6.sin6_scope_id,
-                )))
-            }
-            _ => None,
+        if let Some(v4) = self.addr.as_sockaddr_in() {
+            return Some(SocketAddr::V4((*v4).into()));
         }
+        self.addr
+            .as_sockaddr_in6()
+            .map(|v6| SocketAddr::V6((*v6).into()))
     }
 
-    /// Whether two peers are the same address (compares the kernel bytes).
+    /// Whether two peers are the same address.
     pub fn same_as(&self, other: &Peer) -> bool {
-        let n = self.len as usize;
-        if n != other.len as usize {
-            return false;
-        }
-        // SAFETY: both storages are at least `n` <= size_of::<sockaddr_storage>() bytes long
-        // and fully initialised (created zeroed or filled by the kernel up to `len`).
-        let (a, b) = unsafe {
-            (
-                std::slice::from_raw_parts(&self.storage as *const _ as *const u8, n),
-                std::slice::from_raw_parts(&other.storage as *const _ as *const u8, n),
-            )
-        };
-        a == b
+        self.addr == other.addr
     }
 }
 
@@ -256,8 +198,8 @@ impl Endpoint {
         };
         // 64 bytes of u64-aligned control space: one SCM_TIMESTAMPNS needs 32.
         let mut control = [0u64; 8];
-        // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
-        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        // SAFETY: SockaddrStorage is a C union of plain old data; all-zero is valid.
+        let mut storage: SockaddrStorage = unsafe { std::mem::zeroed() };
         // SAFETY: msghdr is plain old data; we set every field the kernel reads below.
         let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
         msg.msg_name = &mut storage as *mut _ as *mut libc::c_void;
@@ -304,10 +246,7 @@ impl Endpoint {
             len: n as usize,
             rx_ns,
             kernel_stamp,
-            peer: Peer {
-                storage,
-                len: msg.msg_namelen,
-            },
+            peer: Peer { addr: storage },
             truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
         }))
     }
@@ -315,15 +254,15 @@ impl Endpoint {
     /// Sends `buf` to `peer`. Allocation-free.
     #[inline]
     pub fn send_to(&self, buf: &[u8], peer: &Peer) -> io::Result<usize> {
-        // SAFETY: `buf` and `peer.storage` are valid for the lengths passed.
+        // SAFETY: `buf` is valid for its length and `peer.addr` for its own.
         let n = unsafe {
             libc::sendto(
                 self.sock.as_raw_fd(),
                 buf.as_ptr() as *const libc::c_void,
                 buf.len(),
                 0,
-                &peer.storage as *const _ as *const libc::sockaddr,
-                peer.len,
+                peer.addr.as_ptr(),
+                peer.addr.len(),
             )
         };
         if n < 0 {

@@ -96,3 +96,74 @@ impl Client {
         }
     }
 }
+
+/// A connection to tessd that owns the cells it creates: they are deleted when it is dropped,
+/// even when the caller fails half-way (what benchmarks and test drivers need).
+#[derive(Debug)]
+pub struct CellSession {
+    /// The connection, for other calls.
+    pub client: Client,
+    created: Vec<String>,
+}
+
+impl CellSession {
+    /// Connects to [`socket_path`].
+    pub fn connect() -> Result<CellSession, ApiError> {
+        Ok(CellSession {
+            client: Client::connect_default()?,
+            created: Vec::new(),
+        })
+    }
+
+    /// The daemon's status.
+    pub fn status(&mut self) -> Result<crate::StatusInfo, ApiError> {
+        match self.client.call(&Request::Status)? {
+            Body::Status(s) => Ok(*s),
+            other => Err(ApiError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Creates or updates `cells` in one transaction; the session owns them from now on.
+    pub fn apply(
+        &mut self,
+        cells: Vec<tess_core::spec::CellSpec>,
+    ) -> Result<crate::ApplyResult, ApiError> {
+        for c in &cells {
+            if !self.created.contains(&c.name) {
+                self.created.push(c.name.clone());
+            }
+        }
+        match self.client.call(&Request::Apply {
+            cells,
+            delete: vec![],
+            prune: false,
+            dry_run: false,
+        })? {
+            Body::Applied(r) => Ok(r),
+            other => Err(ApiError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Deletes `names` now (best effort: a cell already gone is no error).
+    pub fn delete(&mut self, names: &[&str]) {
+        for n in names {
+            let _ = self.client.call(&Request::DeleteCell {
+                name: n.to_string(),
+            });
+            self.created.retain(|c| c != n);
+        }
+    }
+
+    /// Deletes every cell the session still owns.
+    pub fn delete_all(&mut self) {
+        for n in std::mem::take(&mut self.created) {
+            let _ = self.client.call(&Request::DeleteCell { name: n });
+        }
+    }
+}
+
+impl Drop for CellSession {
+    fn drop(&mut self) {
+        self.delete_all();
+    }
+}

@@ -12,7 +12,7 @@ mod messages;
 pub mod ns;
 pub mod runtime;
 
-pub use client::{ApiError, Client};
+pub use client::{ApiError, CellSession, Client};
 pub use messages::*;
 
 /// Where tessd listens unless told otherwise.

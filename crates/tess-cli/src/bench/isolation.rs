@@ -59,7 +59,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
             spawn_work(Some(CELL), &probe_args(count, "other"))?,
             "the probe in the dedicated cell",
         )?;
-        s.delete(&[CELL])?;
+        s.delete(&[CELL]);
         Ok((plain, cell, fifo))
     };
     let res = run();

@@ -333,7 +333,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
             );
             spec.netns = netns.clone();
             let r = scenario::run_scenario(&spec, &env, &launcher);
-            s.delete(&[VIDEO_TT, VIDEO_ET, EP[0], EP[1]])?;
+            s.delete(&[VIDEO_TT, VIDEO_ET, EP[0], EP[1]]);
             results.push(r?);
         }
         Ok(())
@@ -342,9 +342,9 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         let _ = c.kill();
         let _ = c.wait();
     }
-    s.delete(&[CONSOLE, SLABS])?;
+    s.delete(&[CONSOLE, SLABS]);
     // The pinned synthesizer cell is deleted explicitly (deleting is the user's own act).
-    s.delete(&[SYNTH])?;
+    s.delete(&[SYNTH]);
     tess_part?;
     if want('C') {
         let mut c = scenario::baseline_c(duration);

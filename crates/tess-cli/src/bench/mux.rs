@@ -137,7 +137,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         }
     }
     stop(filler);
-    s.delete(&[ET, TT, BE1, BE2, FILL])?;
+    s.delete(&[ET, TT, BE1, BE2, FILL]);
     if let Some(e) = failure {
         return Err(e);
     }

@@ -1,74 +1,10 @@
 //! Plumbing shared by the benchmarks: talking to tessd, running workloads in cells, cleaning up.
 
 use std::process::{Child, Command, Stdio};
-use tess_core::spec::CellSpec;
-use tess_proto::{Body, Client, Request, StatusInfo};
+use tess_proto::StatusInfo;
 
 /// A connection to tessd that deletes the cells it created when dropped, even on error.
-pub struct Session {
-    pub client: Client,
-    created: Vec<String>,
-}
-
-impl Session {
-    /// Connects, with a clear message if tessd is not running.
-    pub fn connect() -> anyhow::Result<Session> {
-        let client = Client::connect_default().map_err(|e| {
-            anyhow::anyhow!(
-                "{e}\nthe benchmarks run against a live tessd: start it first (sudo tessd &)"
-            )
-        })?;
-        Ok(Session {
-            client,
-            created: Vec::new(),
-        })
-    }
-
-    /// Daemon status.
-    pub fn status(&mut self) -> anyhow::Result<StatusInfo> {
-        match self.client.call(&Request::Status)? {
-            Body::Status(s) => Ok(*s),
-            other => anyhow::bail!("unexpected reply {other:?}"),
-        }
-    }
-
-    /// Creates or updates cells in one transaction; they are deleted when the session ends.
-    pub fn apply(&mut self, cells: Vec<CellSpec>) -> anyhow::Result<tess_proto::ApplyResult> {
-        for c in &cells {
-            if !self.created.contains(&c.name) {
-                self.created.push(c.name.clone());
-            }
-        }
-        match self.client.call(&Request::Apply {
-            cells,
-            delete: vec![],
-            prune: false,
-            dry_run: false,
-        })? {
-            Body::Applied(r) => Ok(r),
-            other => anyhow::bail!("unexpected reply {other:?}"),
-        }
-    }
-
-    /// Deletes cells now.
-    pub fn delete(&mut self, names: &[&str]) -> anyhow::Result<()> {
-        for n in names {
-            let _ = self.client.call(&Request::DeleteCell {
-                name: n.to_string(),
-            });
-            self.created.retain(|c| c != n);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        for n in std::mem::take(&mut self.created) {
-            let _ = self.client.call(&Request::DeleteCell { name: n });
-        }
-    }
-}
+pub use tess_proto::CellSession as Session;
 
 /// The hart to measure on: the one asked for, or the highest managed hart.
 pub fn pick_hart(asked: Option<usize>, status: &StatusInfo) -> anyhow::Result<usize> {

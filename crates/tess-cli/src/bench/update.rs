@@ -106,7 +106,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
     for h in holders {
         stop(h);
     }
-    s.delete(&NAMES)?;
+    s.delete(&NAMES);
     if let Some(e) = failure {
         return Err(e);
     }

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use tess_core::spec::{CellSpec, HartRequest, IdleMode, Policy};
 use tess_music::scenario::launch::CommandSpec;
 use tess_music::scenario::{Launcher, Role};
-use tess_proto::{Body, Client, Request, StatusInfo};
 use tess_sched::HartSet;
 
 /// Cell of the network service.
@@ -22,70 +21,7 @@ pub const ABUSE: &str = "net-abuse";
 pub const PACKAGE: Duration = Duration::from_nanos(725_624);
 
 /// A connection to tessd that deletes the cells it created when dropped.
-pub struct Session {
-    client: Client,
-    created: Vec<String>,
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("created", &self.created)
-            .finish()
-    }
-}
-
-impl Session {
-    /// Connects to the default tessd.
-    pub fn connect() -> anyhow::Result<Session> {
-        let client = Client::connect_default().map_err(|e| {
-            anyhow::anyhow!("{e}\nthe benchmark runs against a live tessd: start it first")
-        })?;
-        Ok(Session {
-            client,
-            created: Vec::new(),
-        })
-    }
-
-    /// Daemon status.
-    pub fn status(&mut self) -> anyhow::Result<StatusInfo> {
-        match self.client.call(&Request::Status)? {
-            Body::Status(s) => Ok(*s),
-            other => anyhow::bail!("unexpected reply {other:?}"),
-        }
-    }
-
-    /// Creates cells in one transaction.
-    pub fn apply(&mut self, cells: Vec<CellSpec>) -> anyhow::Result<()> {
-        for c in &cells {
-            if !self.created.contains(&c.name) {
-                self.created.push(c.name.clone());
-            }
-        }
-        match self.client.call(&Request::Apply {
-            cells,
-            delete: vec![],
-            prune: false,
-            dry_run: false,
-        })? {
-            Body::Applied(_) => Ok(()),
-            other => anyhow::bail!("unexpected reply {other:?}"),
-        }
-    }
-
-    /// Deletes every cell this session created.
-    pub fn delete_all(&mut self) {
-        for n in std::mem::take(&mut self.created) {
-            let _ = self.client.call(&Request::DeleteCell { name: n });
-        }
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.delete_all();
-    }
-}
+pub use tess_proto::CellSession as Session;
 
 fn cell(name: &str, policy: Policy, harts: HartSet) -> CellSpec {
     CellSpec {

@@ -1,9 +1,10 @@
 //! The system calls of the service's data path: batched UDP I/O with kernel receive timestamps
 //! (`recvmmsg`, `sendmmsg`), non-blocking TCP, epoll. Buffers are preallocated once.
 
+use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -31,62 +32,13 @@ fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()
     .map(|_| ())
 }
 
-/// Writes `addr` in kernel form into `storage`; returns the length.
-pub fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { std::ptr::write(storage as *mut _ as *mut libc::sockaddr_in, sin) };
-            size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            unsafe { std::ptr::write(storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
-}
-
 /// Reads an IPv4 or IPv6 address from kernel form.
-pub fn read_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match i32::from(storage.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                u32::from_be(sin.sin_addr.s_addr).into(),
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                sin6.sin6_addr.s6_addr.into(),
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => None,
+pub fn read_sockaddr(addr: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = addr.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
     }
+    addr.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6((*v6).into()))
 }
 
 /// A non-blocking UDP socket with kernel receive timestamps and 4 MiB buffers.
@@ -133,11 +85,9 @@ pub fn tcp_connect_start(addr: SocketAddr) -> io::Result<TcpStream> {
     })?;
     // SAFETY: `fd` is a fresh descriptor we own.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
-    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
-    let len = write_sockaddr(&addr, &mut storage);
-    // SAFETY: `storage` holds a valid address of `len` bytes.
-    let rc = unsafe { libc::connect(fd, &storage as *const _ as *const libc::sockaddr, len) };
+    let to = SockaddrStorage::from(addr);
+    // SAFETY: `to` holds a valid address of `to.len()` bytes.
+    let rc = unsafe { libc::connect(fd, to.as_ptr(), to.len()) };
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINPROGRESS) {
@@ -250,7 +200,7 @@ pub struct Mmsg {
     headroom: usize,
     iov: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
-    addrs: Vec<libc::sockaddr_storage>,
+    addrs: Vec<SockaddrStorage>,
     cmsg: Vec<[u64; 8]>,
     /// Length of each slot's datagram (after a receive, or as set before a send).
     pub lens: Vec<usize>,
@@ -303,8 +253,8 @@ impl Mmsg {
             ],
             // SAFETY: mmsghdr is plain old data; all-zero is valid (null pointers, zero lengths).
             hdrs: vec![unsafe { zeroed::<libc::mmsghdr>() }; batch],
-            // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
-            addrs: vec![unsafe { zeroed::<libc::sockaddr_storage>() }; batch],
+            // SAFETY: SockaddrStorage is a C union of plain old data; all-zero is valid.
+            addrs: vec![unsafe { zeroed::<SockaddrStorage>() }; batch],
             cmsg: vec![[0u64; 8]; batch],
             lens: vec![0; batch],
         }
@@ -406,8 +356,8 @@ impl Mmsg {
 
     /// Sets slot `i`'s destination for [`send`](Self::send).
     pub fn set_dest(&mut self, i: usize, to: &SocketAddr) {
-        let len = write_sockaddr(to, &mut self.addrs[i]);
-        self.hdrs[i].msg_hdr.msg_namelen = len;
+        self.addrs[i] = SockaddrStorage::from(*to);
+        self.hdrs[i].msg_hdr.msg_namelen = self.addrs[i].len();
     }
 
     /// Sends slots `0..n` (payload at `headroom`, `lens[i]` bytes, destination from
@@ -500,10 +450,7 @@ mod tests {
     fn addresses_round_trip() {
         for s in ["10.0.0.1:80", "[::1]:9000"] {
             let a: SocketAddr = s.parse().unwrap();
-            // SAFETY: plain old data.
-            let mut st: libc::sockaddr_storage = unsafe { zeroed() };
-            write_sockaddr(&a, &mut st);
-            assert_eq!(read_sockaddr(&st), Some(a));
+            assert_eq!(read_sockaddr(&SockaddrStorage::from(a)), Some(a));
         }
     }
 }

@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tess_bench::{probe, Report, Summary, Table};
 use tess_core::spec::{CellSpec, HartRequest, Policy};
-use tess_proto::{Body, CellUpdate, Client, Request};
+use tess_proto::{Body, CellSession, CellUpdate, Request};
 use tess_sched::clock;
 use worker::WorkerResult;
 
@@ -79,17 +79,6 @@ fn default_worker() -> PathBuf {
         dir = dir.parent().map(PathBuf::from).unwrap_or_default();
     }
     PathBuf::from("tess-gang-worker")
-}
-
-/// Deletes the bench cell when dropped, even on error.
-struct CellGuard {
-    client: Client,
-}
-
-impl Drop for CellGuard {
-    fn drop(&mut self) {
-        let _ = self.client.call(&Request::DeleteCell { name: CELL.into() });
-    }
 }
 
 /// The worker process and its event lines.
@@ -166,15 +155,9 @@ fn spec(opts: &BenchOptions, harts: usize) -> CellSpec {
 
 /// Runs the benchmark against the tessd at `$TESS_SOCKET` (or the default socket).
 pub fn run(opts: &BenchOptions) -> anyhow::Result<Report> {
-    let mut client = Client::connect_default().map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\nthe benchmarks run against a live tessd: start it first (sudo tessd &)"
-        )
-    })?;
-    let status = match client.call(&Request::Status)? {
-        Body::Status(s) => *s,
-        other => anyhow::bail!("unexpected reply {other:?}"),
-    };
+    // Owns the bench cell: deleted when this returns, even on error.
+    let mut session = CellSession::connect()?;
+    let status = session.status()?;
     let hart = match opts.hart {
         Some(h) => h,
         None => status
@@ -184,13 +167,10 @@ pub fn run(opts: &BenchOptions) -> anyhow::Result<Report> {
             .ok_or_else(|| anyhow::anyhow!("tessd manages no harts"))?,
     };
     let floor = probe::noise_floor(hart, if opts.quick { 1000 } else { 5000 })?;
-    client.call(&Request::CreateCell {
-        spec: spec(opts, 2),
-    })?;
-    let mut guard = CellGuard { client };
+    session.apply(vec![spec(opts, 2)])?;
     let mut w = Worker::start(opts)?;
     w.expect("ready", Duration::from_secs(10))?;
-    let layout = match guard
+    let layout = match session
         .client
         .call(&Request::ShowCell { name: CELL.into() })?
     {
@@ -207,7 +187,7 @@ pub fn run(opts: &BenchOptions) -> anyhow::Result<Report> {
     for i in 0..opts.resizes {
         let target = if i % 2 == 0 { 1 } else { 2 };
         let t0 = clock::now_ns();
-        guard.client.call(&Request::UpdateCell {
+        session.client.call(&Request::UpdateCell {
             name: CELL.into(),
             update: CellUpdate {
                 harts: Some(HartRequest::Count(target)),
@@ -239,7 +219,7 @@ pub fn run(opts: &BenchOptions) -> anyhow::Result<Report> {
         std::thread::sleep(Duration::from_millis(20));
     }
     // Deleting the cell makes tessd send Shutdown: the worker stops (or is killed on drop).
-    drop(guard);
+    drop(session);
     let stopped = w.expect("stopped", Duration::from_secs(5)).is_ok();
     Ok(report(
         opts,
