@@ -51,17 +51,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if v == 0 {
             let standalone_script = h.cell().is_none();
             let elapsed = tess_sched::clock::now_ns() - started;
+            let total = seconds * 1_000_000_000;
+            let mut done = true;
             if standalone_script {
                 // Resize ourselves as tessd would: to 1 hart after 1/3 of the run, back after 2/3.
-                let third = seconds * 1_000_000_000 / 3;
+                // Each step waits for the previous adaptation and the run lasts until both
+                // happened (at most a minute more): a loaded machine slows the script down
+                // instead of skipping a step.
                 let adapted = h.stats().adaptations;
-                if elapsed > third && adapted == 0 && h.harts() > 1 {
+                if elapsed > total / 3 && adapted == 0 && h.harts() > 1 {
                     h.resize(1);
-                } else if elapsed > 2 * third && adapted == 1 && h.harts() == 1 {
+                } else if elapsed > 2 * total / 3 && adapted == 1 && h.harts() == 1 {
                     h.resize(standalone.unwrap_or(2));
                 }
+                done = adapted >= 2 || elapsed > total + 60_000_000_000;
             }
-            if elapsed > seconds * 1_000_000_000 {
+            if elapsed > total && done {
                 h.stop();
             }
         }
