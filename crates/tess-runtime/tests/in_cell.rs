@@ -121,8 +121,61 @@ impl Drop for Daemon {
     }
 }
 
-/// Runs `program` in a fresh 2-hart time-triggered cell for 6 s, resizing the cell to 1 hart
-/// after 2 s and back to 2 after 4 s; returns what it printed.
+/// What a running program has printed so far, read line by line from its stdout.
+struct Transcript {
+    lines: std::sync::mpsc::Receiver<String>,
+    text: String,
+}
+
+impl Transcript {
+    fn follow(stdout: std::process::ChildStdout) -> Transcript {
+        use std::io::BufRead;
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Transcript {
+            lines,
+            text: String::new(),
+        }
+    }
+
+    /// Waits until `needle` has been printed `times` times (a slow machine makes the test
+    /// slower, not flaky); panics with the transcript after a generous 30 s.
+    fn wait_for(&mut self, needle: &str, times: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.text.matches(needle).count() < times {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.text.push_str(&line);
+                    self.text.push('\n');
+                }
+                Err(_) => panic!("{needle:?} not printed {times} time(s) in:\n{}", self.text),
+            }
+        }
+    }
+
+    /// Everything printed, once the program's stdout is closed.
+    fn finish(mut self) -> String {
+        while let Ok(line) = self.lines.recv() {
+            self.text.push_str(&line);
+            self.text.push('\n');
+        }
+        self.text
+    }
+}
+
+/// Runs `program` (which runs for 6 s) in a fresh 2-hart time-triggered cell: once both
+/// vharts run, resizes the cell to 1 hart; once the program has adapted, back to 2; returns
+/// what it printed.
 fn run_in_cell(program: &Path, args: &[&str]) -> String {
     let d = Daemon::start();
     d.ok(&[
@@ -140,18 +193,20 @@ fn run_in_cell(program: &Path, args: &[&str]) -> String {
     ]);
     let mut run_args = vec!["run", "--cell", "gang", "--", program.to_str().unwrap()];
     run_args.extend_from_slice(args);
-    let child = d
+    let mut child = d
         .command(&run_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    let mut transcript = Transcript::follow(child.stdout.take().unwrap());
+    transcript.wait_for("vhart 1 on hart", 1);
     d.ok(&["cell", "resize", "gang", "--harts", "1"]);
-    std::thread::sleep(Duration::from_secs(2));
+    transcript.wait_for("adapt(2 -> 1)", 1);
     d.ok(&["cell", "resize", "gang", "--harts", "2"]);
+    transcript.wait_for("adapt(1 -> 2)", 1);
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = transcript.finish();
     assert!(
         out.status.success(),
         "{} failed: {text}{}",
