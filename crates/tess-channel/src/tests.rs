@@ -151,7 +151,7 @@ fn peer_death_is_detected_without_hang_up() {
         let t0 = Instant::now();
         let mut buf = [0u8; 8];
         assert_eq!(a.recv(&mut buf), Err(RecvError::Disconnected), "{wait:?}");
-        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert!(t0.elapsed() < Duration::from_secs(20));
         assert!(!a.is_peer_alive());
         // A sender waiting on a full ring is released too.
         let (mut a, b) = Channel::pair(&small()).unwrap();

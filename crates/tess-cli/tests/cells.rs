@@ -322,7 +322,7 @@ fn run_confines_programs_and_reserves_cpu() {
             break th;
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(5),
+            t0.elapsed() < Duration::from_secs(20),
             "threads not all reserved: {th:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -356,7 +356,7 @@ fn run_confines_programs_and_reserves_cpu() {
     let t0 = Instant::now();
     while d.cells().iter().any(|c| c.0.starts_with("run-")) {
         assert!(
-            t0.elapsed() < Duration::from_secs(5),
+            t0.elapsed() < Duration::from_secs(20),
             "ephemeral cell not removed"
         );
         std::thread::sleep(Duration::from_millis(100));
