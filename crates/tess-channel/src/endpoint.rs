@@ -481,8 +481,10 @@ impl Sender {
 
     /// Whether a single-message send pushes the message's cache lines out to the shared
     /// last-level cache (`CLDEMOTE` on x86-64; default on), so that the receiver's misses are
-    /// served from there rather than by snooping this core. Lowers latency; batches are never
-    /// demoted. Turn off for a sender that streams single messages as fast as it can.
+    /// served from there rather than by snooping this core, and claims the lines of the next
+    /// message for writing (`PREFETCHW`) while the caller waits for an answer. Lowers latency;
+    /// batches are never pushed. Turn off for a sender that streams single messages as fast as
+    /// it can.
     pub fn set_demote(&mut self, on: bool) {
         self.prod.demote = on;
     }
