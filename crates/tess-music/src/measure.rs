@@ -90,8 +90,10 @@ pub struct OscCapacity {
     pub per_voice: usize,
     /// The confirming run (full duration), if any succeeded.
     pub confirmed: Option<PacedRun>,
-    /// Every trial, in order.
+    /// The calibration and the short binary-search trials, in order.
     pub trials: Vec<PacedRun>,
+    /// The full-duration attempts, in order (the last one is `confirmed` if any succeeded).
+    pub confirmations: Vec<PacedRun>,
 }
 
 /// Computes packages of a 32-voice Migrator with `per_voice` oscillators, paced on the package
@@ -190,32 +192,45 @@ pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
         }
     }
 
-    // A long run is confirmed or refuted; a refuted count steps down by 15% (a virtual
-    // machine's rare multi-millisecond stalls refute a count whatever its load, only less often
-    // at lower loads). Each refutation ends at its first miss, so stepping down is cheap.
+    // A long run is confirmed or refuted. A virtual machine's rare multi-millisecond stalls
+    // refute a count whatever its load, only less often at lower loads, so: a count refuted in
+    // the first half of the run steps down by 15% (it is likely too high); one refuted later
+    // is tried once more before stepping down (a stall is the likelier cause). Each refutation
+    // ends at its first miss, so this is cheap; every attempt is kept in `trials`.
     let mut per_voice = lo;
+    let mut retried = false;
+    let mut confirmations = Vec::new();
+    let measured = (clock::ns(duration) / PACKAGE_PERIOD_NS).max(1) as usize;
     for _ in 0..10 {
         if per_voice == 0 {
             break;
         }
         let t = paced_run(per_voice, duration, true);
         let ok = t.misses == 0;
-        trials.push(t.clone());
+        let late_refutation = t.packages * 2 >= measured;
+        confirmations.push(t.clone());
         if ok {
             return OscCapacity {
                 oscillators: per_voice * PADS,
                 per_voice,
                 confirmed: Some(t),
                 trials,
+                confirmations,
             };
         }
-        per_voice = per_voice * 85 / 100;
+        if late_refutation && !retried {
+            retried = true;
+        } else {
+            retried = false;
+            per_voice = per_voice * 85 / 100;
+        }
     }
     OscCapacity {
         oscillators: 0,
         per_voice: 0,
         confirmed: None,
         trials,
+        confirmations,
     }
 }
 

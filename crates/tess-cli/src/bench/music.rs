@@ -409,6 +409,16 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
             fraction < 0.25,
             format!("{fraction:.4}"),
         );
+        let attempts: Vec<String> = capacity["capacity"]["confirmations"]
+            .as_array()
+            .map(|runs| runs.iter().map(describe_attempt).collect())
+            .unwrap_or_default();
+        if !attempts.is_empty() {
+            r.note(format!(
+                "capacity: {capacity_s:.0}-s confirmation attempts (each ends at its first miss): {}",
+                attempts.join("; ")
+            ));
+        }
         if let Some(c) = capacity["capacity"]["confirmed"].as_object() {
             r.note(format!(
                 "capacity: {oscillators:.0} oscillators computed every package within its period (busy and CPU time) over {} packages; {} packages were late because the hart was stalled (busy > period, own CPU time not: hypervisor, interrupts), which is not the hart's capacity",
@@ -475,4 +485,19 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
     r.detail("noise_floor_us", floor.summary_us);
     r.detail("scenarios", &results);
     Ok(r)
+}
+
+/// One confirmation attempt of the capacity search, as `N oscillators: S s, OUTCOME`.
+fn describe_attempt(run: &serde_json::Value) -> String {
+    let seconds =
+        run["packages"].as_f64().unwrap_or(0.0) * tess_music::slabs::PACKAGE_PERIOD_NS as f64 / 1e9;
+    let outcome = if run["misses"].as_u64() == Some(0) {
+        "no miss"
+    } else {
+        "missed"
+    };
+    format!(
+        "{} oscillators: {seconds:.1} s, {outcome}",
+        run["oscillators"]
+    )
 }
