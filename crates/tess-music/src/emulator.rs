@@ -185,11 +185,21 @@ pub struct EmulatorReport {
     /// Host compute time per package as reported in the answers, in microseconds.
     #[serde(skip_deserializing, default)]
     pub host_compute_us: Summary,
-    /// `tf` minus the send time of the package's last packet (index 15), in microseconds: the
-    /// part of the response after the device finished sending, which the emulator's own pacing
-    /// does not inflate. With exact pacing it is the response minus 680.3 us.
+    /// `tf` minus the send time of the package's last packet (index 15; the kernel's transmit
+    /// stamp when the socket gives one), in microseconds: the part of the response after the
+    /// device finished sending, which neither the emulator's pacing nor a preemption of the
+    /// emulator before its send inflates. With exact pacing it is the response minus 680.3 us.
     #[serde(skip_deserializing, default)]
     pub after_last_packet_us: Summary,
+    /// Measured packages whose last packet's send time is the kernel's transmit stamp (the
+    /// rest use the emulator's clock just before the send).
+    #[serde(default)]
+    pub tx_kernel_stamps: u64,
+    /// Kernel transmit stamp of each package's last packet minus the emulator's clock just
+    /// before its send, in microseconds: the emulator's own delay in sending, no longer
+    /// charged to the host.
+    #[serde(skip_deserializing, default)]
+    pub send_delay_us: Summary,
 }
 
 /// The result of a run: the report plus the raw per-package samples.
@@ -227,7 +237,15 @@ struct State {
     target: SocketAddr,
     response: Vec<u32>,
     compute: Vec<u32>,
+    /// Send time of each package's last packet: the kernel's transmit stamp once read, the
+    /// emulator's clock just before `sendmsg` until then (or if the kernel gives none).
     last_sent_ns: Vec<u64>,
+    /// The emulator's clock just before sending each package's last packet.
+    user_sent_ns: Vec<u64>,
+    /// Kernel transmit stamp minus `user_sent_ns`, per package (NONE: no kernel stamp).
+    send_delay: Vec<u32>,
+    /// Whether the socket gives kernel transmit stamps.
+    tx_stamps: bool,
     after_last: Vec<u32>,
     unexpected: u64,
     incomplete: u64,
@@ -237,6 +255,25 @@ struct State {
 impl State {
     /// Takes every answer queued on the socket.
     fn drain(&mut self) -> Result<(), EmulatorError> {
+        // Transmit stamps first: an answer is matched against its package's kernel send time.
+        while self.tx_stamps {
+            let stamp = self
+                .ep
+                .recv_tx_stamp()
+                .map_err(|source| EmulatorError::Io {
+                    op: "recvmsg (transmit stamps)",
+                    target: self.target,
+                    source,
+                })?;
+            let Some((k, ns)) = stamp else { break };
+            let k = k as usize;
+            if k < self.last_sent_ns.len() && self.user_sent_ns[k] != u64::MAX {
+                self.last_sent_ns[k] = ns;
+                self.send_delay[k] = ns
+                    .saturating_sub(self.user_sent_ns[k])
+                    .min(u64::from(NONE - 1)) as u32;
+            }
+        }
         loop {
             let r = self
                 .ep
@@ -282,6 +319,8 @@ impl State {
 /// is set), then waits `drain` for the last answers.
 pub fn run(cfg: &EmulatorConfig, stop: &AtomicBool) -> Result<EmulatorRun, EmulatorError> {
     let ep = Endpoint::bind(cfg.bind)?;
+    // Without kernel transmit stamps the emulator's own clock before each send is used.
+    let tx_stamps = ep.enable_tx_stamps().is_ok();
     let peer = Peer::from_socket_addr(cfg.target);
     let period = slabs::PACKAGE_PERIOD_NS;
     let warmup_packages = clock::ns(cfg.warmup).div_ceil(period) as usize;
@@ -292,6 +331,9 @@ pub fn run(cfg: &EmulatorConfig, stop: &AtomicBool) -> Result<EmulatorRun, Emula
         response: vec![NONE; total_packages],
         compute: vec![0; total_packages],
         last_sent_ns: vec![u64::MAX; total_packages],
+        user_sent_ns: vec![u64::MAX; total_packages],
+        send_delay: vec![NONE; total_packages],
+        tx_stamps,
         after_last: vec![NONE; total_packages],
         unexpected: 0,
         incomplete: 0,
@@ -318,16 +360,24 @@ pub fn run(cfg: &EmulatorConfig, stop: &AtomicBool) -> Result<EmulatorRun, Emula
             let now = clock::now_ns();
             let t_send = realtime_ns();
             slabs::stamp(&mut pkt, t_send);
-            if i == PACKETS_PER_PACKAGE - 1 {
+            let last = i == PACKETS_PER_PACKAGE - 1;
+            if last {
                 st.last_sent_ns[k] = t_send;
+                st.user_sent_ns[k] = t_send;
             }
-            st.ep
-                .send_to(&pkt, &peer)
-                .map_err(|source| EmulatorError::Io {
-                    op: "sendto",
-                    target: cfg.target,
-                    source,
-                })?;
+            // The last packet of a package is stamped by the kernel when it reaches the device,
+            // so a preemption of the emulator between `t_send` and the send is not charged to
+            // the host (package k is stamp number k: one stamped send per package, in order).
+            let sent = if last && st.tx_stamps {
+                st.ep.send_to_stamped(&pkt, &peer)
+            } else {
+                st.ep.send_to(&pkt, &peer)
+            };
+            sent.map_err(|source| EmulatorError::Io {
+                op: "sendto",
+                target: cfg.target,
+                source,
+            })?;
             let late = now.saturating_sub(due).min(u64::from(u32::MAX)) as u32;
             *package_lateness = (*package_lateness).max(late);
         }
@@ -406,6 +456,11 @@ fn summarise(
         .filter(|&k| st.response[k] != NONE)
         .map(|k| f64::from(st.compute[k]) / 1000.0)
         .collect();
+    let send_delay_us: Vec<f64> = st.send_delay[measured.clone()]
+        .iter()
+        .filter(|&&d| d != NONE)
+        .map(|&d| f64::from(d) / 1000.0)
+        .collect();
     let after_last_us: Vec<f64> = st.after_last[measured.clone()]
         .iter()
         .filter(|&&r| r != NONE)
@@ -441,6 +496,8 @@ fn summarise(
             send_lateness_us: Summary::of(&lateness_us),
             host_compute_us: Summary::of(&compute_us),
             after_last_packet_us: Summary::of(&after_last_us),
+            tx_kernel_stamps: send_delay_us.len() as u64,
+            send_delay_us: Summary::of(&send_delay_us),
         },
         response_ns,
     }

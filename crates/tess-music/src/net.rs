@@ -124,6 +124,16 @@ pub enum NetError {
     },
 }
 
+/// One message of a socket's error queue.
+enum ErrorMessage {
+    /// The queue is empty.
+    Empty,
+    /// A transmit timestamp: its number and `CLOCK_REALTIME` ns.
+    TxStamp(u32, u64),
+    /// Something else (an ICMP error, say).
+    Other,
+}
+
 /// A UDP endpoint that timestamps what it receives.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -196,8 +206,9 @@ impl Endpoint {
             iov_base: buf.as_mut_ptr() as *mut libc::c_void,
             iov_len: buf.len(),
         };
-        // 64 bytes of u64-aligned control space: one SCM_TIMESTAMPNS needs 32.
-        let mut control = [0u64; 8];
+        // 128 bytes of u64-aligned control space: one SCM_TIMESTAMPNS needs 32, and with
+        // transmit timestamps on, the kernel adds an SCM_TIMESTAMPING (64).
+        let mut control = [0u64; 16];
         // SAFETY: SockaddrStorage is a C union of plain old data; all-zero is valid.
         let mut storage: SockaddrStorage = unsafe { std::mem::zeroed() };
         // SAFETY: msghdr is plain old data; we set every field the kernel reads below.
@@ -207,7 +218,7 @@ impl Endpoint {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = size_of::<[u64; 8]>();
+        msg.msg_controllen = size_of::<[u64; 16]>();
         let flags = match wait {
             Wait::Poll => libc::MSG_DONTWAIT,
             Wait::Block => 0,
@@ -249,6 +260,132 @@ impl Endpoint {
             peer: Peer { addr: storage },
             truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
         }))
+    }
+
+    /// Turns on kernel transmit timestamps for the datagrams sent with
+    /// [`send_to_stamped`](Self::send_to_stamped) (`SO_TIMESTAMPING`: software stamps,
+    /// numbered, without the payload); read them with [`recv_tx_stamp`](Self::recv_tx_stamp).
+    pub fn enable_tx_stamps(&self) -> io::Result<()> {
+        let flags = libc::SOF_TIMESTAMPING_SOFTWARE
+            | libc::SOF_TIMESTAMPING_OPT_ID
+            | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+        setsockopt_int(
+            self.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            flags as i32,
+        )
+    }
+
+    /// Sends `buf` to `peer` asking the kernel for a software transmit timestamp (taken when
+    /// the packet reaches the device: `veth_xmit`, or the driver of a real adapter). The n-th
+    /// stamped send since [`enable_tx_stamps`](Self::enable_tx_stamps) gets stamp number n.
+    /// Allocation-free.
+    pub fn send_to_stamped(&self, buf: &[u8], peer: &Peer) -> io::Result<usize> {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // CMSG_SPACE(4) = 24 bytes, u64-aligned.
+        let mut control = [0u64; 3];
+        // SAFETY: msghdr is plain old data; we set every field the kernel reads below.
+        let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+        msg.msg_name = peer.addr.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = peer.addr.len();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        // SAFETY: CMSG_SPACE is arithmetic.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u32>() as u32) } as usize;
+        // SAFETY: the control buffer holds one header and a u32 (CMSG_SPACE(4) <= 24 bytes);
+        // CMSG_FIRSTHDR returns its start, CMSG_DATA the payload within it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SO_TIMESTAMPING;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
+            std::ptr::write_unaligned(
+                libc::CMSG_DATA(cmsg) as *mut u32,
+                libc::SOF_TIMESTAMPING_TX_SOFTWARE,
+            );
+        }
+        // SAFETY: `msg` points at live buffers (iov -> buf, name -> peer, control) whose
+        // lengths are given; the kernel only reads them.
+        let n = unsafe { libc::sendmsg(self.sock.as_raw_fd(), &msg, 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Takes one transmit timestamp from the socket's error queue: `(number, CLOCK_REALTIME
+    /// ns)`, numbered as the stamped sends were. `Ok(None)` when none is queued.
+    /// Allocation-free.
+    pub fn recv_tx_stamp(&self) -> io::Result<Option<(u32, u64)>> {
+        loop {
+            match self.recv_error_message()? {
+                ErrorMessage::Empty => return Ok(None),
+                ErrorMessage::TxStamp(id, ns) => return Ok(Some((id, ns))),
+                ErrorMessage::Other => continue,
+            }
+        }
+    }
+
+    /// Reads one message of the socket's error queue.
+    fn recv_error_message(&self) -> io::Result<ErrorMessage> {
+        let mut control = [0u64; 16];
+        // SAFETY: msghdr is plain old data; we set every field the kernel reads below.
+        let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = size_of::<[u64; 16]>();
+        // SAFETY: `msg` points at the live control buffer of the given length (no data: the
+        // stamps carry no payload).
+        let n = unsafe {
+            libc::recvmsg(
+                self.sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(ErrorMessage::Empty),
+                _ => Err(err),
+            };
+        }
+        let (mut id, mut ns) = (None, None);
+        // SAFETY: `msg` was filled by a successful recvmsg; the CMSG_* macros walk the control
+        // buffer within `msg_controllen`; an SCM_TIMESTAMPING payload is three timespecs and
+        // an IP(V6)_RECVERR payload starts with a sock_extended_err.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                let (level, kind) = ((*cmsg).cmsg_level, (*cmsg).cmsg_type);
+                if level == libc::SOL_SOCKET && kind == libc::SO_TIMESTAMPING {
+                    let ts =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                    ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                } else if (level == libc::SOL_IP && kind == libc::IP_RECVERR)
+                    || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR)
+                {
+                    let err = std::ptr::read_unaligned(
+                        libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err
+                    );
+                    if err.ee_errno == libc::ENOMSG as u32
+                        && err.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                    {
+                        id = Some(err.ee_data);
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        Ok(match id.zip(ns) {
+            Some((id, ns)) => ErrorMessage::TxStamp(id, ns),
+            None => ErrorMessage::Other,
+        })
     }
 
     /// Sends `buf` to `peer`. Allocation-free.
@@ -302,6 +439,35 @@ mod tests {
         assert_eq!(r.peer.to_socket_addr(), Some(a.local_addr()));
         assert!(r.peer.same_as(&Peer::from_socket_addr(a.local_addr())));
         assert!(b.recv(&mut buf, Wait::Poll).unwrap().is_none());
+    }
+
+    #[test]
+    fn stamped_sends_get_numbered_kernel_transmit_stamps() {
+        let a = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        a.enable_tx_stamps().unwrap();
+        let peer = Peer::from_socket_addr(b.local_addr());
+        assert_eq!(a.recv_tx_stamp().unwrap(), None);
+        let before = realtime_ns();
+        a.send_to(b"plain", &peer).unwrap();
+        a.send_to_stamped(b"first", &peer).unwrap();
+        a.send_to_stamped(b"second", &peer).unwrap();
+        let after = realtime_ns();
+        let (id0, t0) = a.recv_tx_stamp().unwrap().expect("first stamp");
+        let (id1, t1) = a.recv_tx_stamp().unwrap().expect("second stamp");
+        assert_eq!((id0, id1), (0, 1), "unstamped sends take no number");
+        assert!(
+            before <= t0 && t0 <= t1 && t1 <= after,
+            "{before} {t0} {t1} {after}"
+        );
+        assert_eq!(a.recv_tx_stamp().unwrap(), None);
+        // The datagrams arrive as usual, with receive stamps.
+        let mut buf = [0u8; 16];
+        for want in [&b"plain"[..], b"first", b"second"] {
+            let r = b.recv(&mut buf, Wait::Block).unwrap().unwrap();
+            assert_eq!(&buf[..r.len], want);
+            assert!(r.kernel_stamp);
+        }
     }
 
     #[test]

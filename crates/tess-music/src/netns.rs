@@ -137,6 +137,30 @@ impl NetnsPair {
         Ok(pair)
     }
 
+    /// Steers the receive processing of what the emulator sends (the root-namespace end's
+    /// receive queues) to `harts` with RPS (`rps_cpus`), so that the kernel's network work for
+    /// the synthesizer runs on the synthesizer's own harts rather than on the hart that sent
+    /// the packet (the emulator's, shared with interference), where it waits behind any
+    /// higher-priority task. The setting goes away with the interface.
+    pub fn steer_receive(&self, harts: &tess_sched::HartSet) -> std::io::Result<usize> {
+        let queues = std::path::Path::new("/sys/class/net")
+            .join(&self.host_if)
+            .join("queues");
+        let mut steered = 0;
+        for entry in std::fs::read_dir(&queues)? {
+            let queue = entry?.path();
+            let is_rx = queue
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("rx-"));
+            if is_rx {
+                std::fs::write(queue.join("rps_cpus"), harts.to_hex_mask())?;
+                steered += 1;
+            }
+        }
+        Ok(steered)
+    }
+
     fn remove(&self) {
         // Deleting one end of a veth pair deletes both; deleting the namespace deletes the end
         // inside it. Errors mean "was not there".
@@ -237,6 +261,16 @@ mod tests {
     #[test]
     fn veth_pair_carries_a_datagram_or_falls_back() {
         let (link, why) = Link::veth_or_loopback("tmtest0");
+        if let Link::Veth(p) = &link {
+            // Receive processing steered to hart 0: the mask is written, and packets still flow.
+            assert_eq!(p.steer_receive(&tess_sched::HartSet::single(0)).unwrap(), 1);
+            let mask = std::fs::read_to_string(format!(
+                "/sys/class/net/{}/queues/rx-0/rps_cpus",
+                p.host_if
+            ))
+            .unwrap();
+            assert_eq!(mask.trim().trim_start_matches(['0', ',']), "1", "{mask}");
+        }
         let host = Endpoint::bind((link.host_ip(), 0).into()).unwrap();
         let to_host = Peer::from_socket_addr(host.local_addr());
         let ns = link.netns().map(str::to_string);

@@ -40,6 +40,9 @@ fn library_host_and_emulator_exchange_packages() {
         assert_eq!(h.workers, workers);
         assert_eq!(e.misses, e.late + e.lost);
         assert_eq!(h.counters.malformed, 0);
+        // Loopback gives kernel transmit stamps: every measured package's last packet has one.
+        assert_eq!(e.tx_kernel_stamps, e.packages, "{e:?}");
+        assert_eq!(e.send_delay_us.count as u64, e.packages);
     }
 }
 

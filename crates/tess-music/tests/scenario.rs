@@ -47,6 +47,7 @@ fn a_short_scenario_reports_both_ends_and_draws_its_histogram() {
         gesture: None,
         netns: None,
         record: None,
+        steer_receive: None,
     };
     let r = scenario::run_scenario(&spec, &env, &PlainLauncher).unwrap();
     assert!(

@@ -15,12 +15,17 @@
 //! # Hart layout (2 harts; scales by taking the highest hart for the synthesizer)
 //!
 //! The synthesizer's cell is dedicated to the highest managed hart. Everything else shares the
-//! other harts: the emulator (test equipment standing in for the paper's second machine, in an
-//! event-triggered cell whose short deadline gives it precedence), the console service, and the
-//! interference cells. On one shared hart the demand-bound test decides what fits: a
-//! time-triggered window gives its cell the hart outright for its length, so windows must be
-//! shorter than the emulator's deadline minus its budget (here 200 us windows every 3 ms, beside
-//! a 480 us / 725.6 us emulator).
+//! other harts: the console service and the interference cells, where the demand-bound test
+//! decides what fits (200 us time-triggered windows every 3 ms, a 2 ms / 33 ms event-triggered
+//! cell, best-effort cells), and the emulator. The emulator is test equipment standing in for
+//! the paper's second machine, so it is placed the same way in all four scenarios: on the first
+//! shared hart, outside the cells, `SCHED_FIFO` 98, paced by sleeping until 20 us before each
+//! packet. (In an event-triggered cell of its own it needed two thirds of the hart on this
+//! virtual machine and still fell seconds behind the device's rate.)
+//!
+//! In A and B the kernel's receive processing of the synthesizer's packets is steered to the
+//! synthesizer's hart (RPS on the veth, `--no-steer` to leave it): otherwise it runs on the
+//! sending hart, shared with the interference. C and D leave it where Linux puts it.
 //!
 //! # What is measured
 //!
@@ -87,6 +92,10 @@ pub struct MusicArgs {
     /// Emulator and synthesizer talk over loopback instead.
     #[arg(long)]
     pub loopback: bool,
+    /// Leave the kernel's receive processing of the synthesizer's packets where Linux puts it
+    /// (the sending hart) in A and B too, instead of steering it to the synthesizer's hart.
+    #[arg(long)]
+    pub no_steer: bool,
 }
 
 /// How the synthesizer runs inside its dedicated cell.
@@ -101,7 +110,6 @@ pub enum SynthMode {
 }
 
 const SYNTH: &str = "music-synth";
-const SLABS: &str = "music-slabs";
 const CONSOLE: &str = "music-console";
 const VIDEO_TT: &str = "music-video-tt";
 const VIDEO_ET: &str = "music-video-et";
@@ -139,7 +147,9 @@ impl Launcher for CellLauncher {
 fn cell_of_role(role: &Role) -> Option<&'static str> {
     match role {
         Role::Synth => Some(SYNTH),
-        Role::Emulator => Some(SLABS),
+        // Test equipment standing in for the paper's second machine: outside the cells, placed
+        // like in C and D (see `test_equipment`).
+        Role::Emulator => None,
         Role::Video { index: 0 } => Some(VIDEO_TT),
         Role::Video { .. } => Some(VIDEO_ET),
         Role::BestEffort { index } => Some(EP[*index % EP.len()]),
@@ -211,6 +221,7 @@ fn tess_spec(
         gesture: None,
         netns: None,
         record,
+        steer_receive: None,
     }
 }
 
@@ -301,6 +312,16 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         .spawn()
         .ok();
     let netns = (!a.loopback).then(|| a.netns.clone());
+    // The emulator is test equipment (the paper's SLABS was a second machine): the same
+    // placement in every scenario, on the first shared hart, outside the cells, answered
+    // as a perfectly timed device would see it.
+    let emulator_hart = shared.iter().next().unwrap_or(0);
+    let test_equipment = EmulatorPlacement {
+        hart: Some(emulator_hart),
+        response: Response::Ideal,
+        ..scenario::default_emulator()
+    };
+    let steer = (!a.no_steer).then(|| placed.clone());
     let tess_part = (|| -> anyhow::Result<()> {
         if want('A') {
             let mut spec = tess_spec(
@@ -312,6 +333,8 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
                 a.synth,
             );
             spec.netns = netns.clone();
+            spec.emulator = test_equipment.clone();
+            spec.steer_receive = steer.clone();
             results.push(scenario::run_scenario(&spec, &env, &launcher)?);
         }
         capacity = run_capacity(
@@ -332,6 +355,8 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
                 a.synth,
             );
             spec.netns = netns.clone();
+            spec.emulator = test_equipment.clone();
+            spec.steer_receive = steer.clone();
             let r = scenario::run_scenario(&spec, &env, &launcher);
             s.delete(&[VIDEO_TT, VIDEO_ET, EP[0], EP[1]]);
             results.push(r?);
@@ -342,19 +367,20 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         let _ = c.kill();
         let _ = c.wait();
     }
-    s.delete(&[CONSOLE, SLABS]);
+    s.delete(&[CONSOLE]);
     // The pinned synthesizer cell is deleted explicitly (deleting is the user's own act).
     s.delete(&[SYNTH]);
     tess_part?;
     if want('C') {
         let mut c = scenario::baseline_c(duration);
         c.netns = netns.clone();
+        c.emulator = test_equipment.clone();
         results.push(scenario::run_scenario(&c, &env, &PlainLauncher)?);
     }
     if want('D') {
         let mut d = scenario::baseline_d(duration);
         d.synth.harts = Some(vec![synth_hart]);
-        d.emulator.response = Response::Ideal;
+        d.emulator = test_equipment.clone();
         d.netns = netns.clone();
         results.push(scenario::run_scenario(&d, &env, &PlainLauncher)?);
     }
@@ -366,7 +392,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         // link (veth pair or loopback) is the runner's last clause.
         let link = r.layout.rsplit("; ").next().unwrap_or_default().to_string();
         r.layout = format!(
-            "synthesizer in dedicated cell {SYNTH} (hart {synth_hart}, {:?}); emulator in cell {SLABS} (hart {shared}){}; {link}",
+            "synthesizer in dedicated cell {SYNTH} (hart {synth_hart}, {:?}); emulator outside the cells (hart {emulator_hart}, SCHED_FIFO 98){}; {link}",
             a.synth,
             if r.spec.name == "B" { "; interference in cells on the same hart" } else { "" }
         );
@@ -462,10 +488,15 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         );
     }
     r.note(format!(
-        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (scenarios A, B) or holds the SCHED_FIFO 99 synthesizer (D); hart(s) {shared} hold the emulator, the console service and the interference, in the cells of examples/music/group1.toml and group2.toml (emulator event-triggered 480 us / 725.6 us; video time-triggered 200 us / 3 ms and event-triggered 2 ms / 33 ms; two best-effort EP cells); C and D run the same programs without cells"
+        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (scenarios A, B) or holds the SCHED_FIFO 99 synthesizer (D); hart(s) {shared} hold the console service and the interference, in the cells of examples/music/group1.toml and group2.toml (video time-triggered 200 us / 3 ms and event-triggered 2 ms / 33 ms; two best-effort EP cells); C and D run the same programs without cells. The SLABS emulator is test equipment, the same in all four: hart {emulator_hart}, outside the cells, SCHED_FIFO 98, paced by sleeping until 20 us before each packet. {}",
+        if a.no_steer || a.loopback {
+            "The kernel's receive processing of the synthesizer's packets runs where Linux puts it (the sending hart) in all four.".to_string()
+        } else {
+            format!("In A and B the kernel's receive processing of the synthesizer's packets is steered to hart {synth_hart} (RPS on the veth, set up by the bench); in C and D it runs where Linux puts it (the sending hart).")
+        }
     ));
     r.note(format!("noise floor on hart {synth_hart} (SCHED_FIFO 99, 1 ms wake-ups, idle): median {:.1} us, p99 {:.1} us, max {:.1} us", floor.summary_us.median, floor.summary_us.p99, floor.summary_us.max));
-    r.note("response = what a perfectly timed device sees: 680.27 us (the package's ideal duration) + time from the last packet's send to the answer (tess-slabs --response ideal), so the emulator's own lateness on its shared hart is not charged to the system under test");
+    r.note("response = what a perfectly timed device sees: 680.27 us (the package's ideal duration) + time from the last packet's send (the kernel's transmit stamp) to the answer (tess-slabs --response ideal), so the emulator's own lateness on its shared hart is not charged to the system under test");
     r.note("seed 000 Fig. 7 (Tessellation, 16 hardware threads): Group 1 alone 0 misses, max 1336 us, mean 997.5 us; with Group 2, 0 misses, max 1405 us, mean 1024.6 us");
     r.note(format!(
         "histograms: {}",

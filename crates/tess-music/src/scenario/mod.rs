@@ -155,6 +155,9 @@ pub struct ScenarioSpec {
     pub netns: Option<String>,
     /// Record the synthesizer's 8 output channels to this WAV file (`--record`).
     pub record: Option<PathBuf>,
+    /// With a veth pair: process the packets the synthesizer receives on these harts (RPS,
+    /// [`NetnsPair::steer_receive`]); `None`: where the kernel does by default (the sender's).
+    pub steer_receive: Option<tess_sched::HartSet>,
 }
 
 /// Baseline C: the synthesizer on plain Linux (CFS, unpinned, blocking receive) with the
@@ -176,6 +179,7 @@ pub fn baseline_c(duration: Duration) -> ScenarioSpec {
         gesture: None,
         netns: None,
         record: None,
+        steer_receive: None,
     }
 }
 
@@ -199,6 +203,7 @@ pub fn baseline_d(duration: Duration) -> ScenarioSpec {
         gesture: None,
         netns: None,
         record: None,
+        steer_receive: None,
     }
 }
 
@@ -370,6 +375,18 @@ pub fn run_scenario(
         },
         None => None,
     };
+    if let (Some(p), Some(harts)) = (&pair, &spec.steer_receive) {
+        match p.steer_receive(harts) {
+            Ok(n) => notes.push(format!(
+                "receive processing of {} ({n} queue(s)) steered to harts {harts} (RPS)",
+                p.host_if
+            )),
+            Err(e) => notes.push(format!(
+                "cannot steer receive processing of {} to harts {harts}: {e}",
+                p.host_if
+            )),
+        }
+    }
     let host_ip = pair
         .as_ref()
         .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |p| IpAddr::V4(p.host_addr));
