@@ -141,32 +141,33 @@ impl RingRef {
         };
     }
 
+    /// Calls `hint` with the address of each cache line holding byte indices `[from, to)`
+    /// (reduced into the ring, so every address lies inside the mapped data area).
+    #[inline(always)]
+    fn for_each_line(&self, from: u64, to: u64, hint: impl Fn(*const u8)) {
+        let mask = self.cap as u64 - 1;
+        let mut line = from & !63;
+        while line < to {
+            // SAFETY: `line & mask < cap`, so the offset stays inside the data area.
+            hint(unsafe { self.data.as_ptr().add((line & mask) as usize) });
+            line += 64;
+        }
+    }
+
     /// Hints the CPU to move the lines holding byte indices `[from, to)` out of this core's
     /// private caches into the shared last-level cache (`CLDEMOTE`), so that the consumer's
     /// misses on them are served from there instead of by a cross-core snoop. A no-op hint
     /// (`CLDEMOTE` is in the NOP space) on CPUs without it.
     #[inline(always)]
     fn demote(&self, from: u64, to: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let mask = self.cap as u64 - 1;
-            let mut line = from & !63;
-            while line < to {
-                let off = (line & mask) as usize;
-                // SAFETY: `off < cap`, so the address lies inside the mapped data area;
-                // CLDEMOTE neither reads nor writes memory architecturally.
-                unsafe {
-                    std::arch::asm!(
-                        "cldemote [{0}]",
-                        in(reg) self.data.as_ptr().add(off),
-                        options(nostack, preserves_flags)
-                    )
-                };
-                line += 64;
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (from, to);
+        self.for_each_line(from, to, |_line| {
+            // SAFETY: `_line` lies inside the mapped data area; CLDEMOTE neither reads nor
+            // writes memory architecturally.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                std::arch::asm!("cldemote [{0}]", in(reg) _line, options(nostack, preserves_flags))
+            };
+        });
     }
 
     /// Hints the CPU to fetch the lines holding byte indices `[from, to)` into this core's
@@ -174,26 +175,14 @@ impl RingRef {
     /// cross-core invalidation. A hint: no architectural effect on memory.
     #[inline(always)]
     fn claim(&self, from: u64, to: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let mask = self.cap as u64 - 1;
-            let mut line = from & !63;
-            while line < to {
-                let off = (line & mask) as usize;
-                // SAFETY: `off < cap`, so the address lies inside the mapped data area;
-                // PREFETCHW neither reads nor writes memory architecturally.
-                unsafe {
-                    std::arch::asm!(
-                        "prefetchw [{0}]",
-                        in(reg) self.data.as_ptr().add(off),
-                        options(nostack, preserves_flags)
-                    )
-                };
-                line += 64;
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (from, to);
+        self.for_each_line(from, to, |_line| {
+            // SAFETY: `_line` lies inside the mapped data area; PREFETCHW neither reads nor
+            // writes memory architecturally.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                std::arch::asm!("prefetchw [{0}]", in(reg) _line, options(nostack, preserves_flags))
+            };
+        });
     }
 
     /// Raw pointer to `len` bytes at `off` in the data area, for zero-copy slots.
