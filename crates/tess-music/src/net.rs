@@ -233,22 +233,8 @@ impl Endpoint {
                 _ => Err(err),
             };
         }
-        let mut rx_ns = None;
-        // SAFETY: `msg` was filled by a successful recvmsg; the CMSG_* macros walk the control
-        // buffer within `msg_controllen`, and an SCM_TIMESTAMPNS payload is a timespec.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET
-                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-                {
-                    let ts =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
-                    rx_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            }
-        }
+        // SAFETY: `msg` was filled by a successful recvmsg; `control` is alive.
+        let rx_ns = unsafe { tess_sched::clock::rx_timestamp_ns(&msg) };
         let (rx_ns, kernel_stamp) = match rx_ns {
             Some(t) => (t, true),
             None => (realtime_ns(), false),

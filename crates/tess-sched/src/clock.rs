@@ -30,6 +30,30 @@ pub fn realtime_ns() -> u64 {
     read_ns(libc::CLOCK_REALTIME)
 }
 
+/// The kernel's receive timestamp of a datagram (`SO_TIMESTAMPNS`: an `SCM_TIMESTAMPNS` control
+/// message, `CLOCK_REALTIME` ns), found in the control buffer of `msg`; `None` if absent.
+/// Allocation-free, for receive paths that must not allocate.
+///
+/// # Safety
+/// `msg` must have been filled by a successful `recvmsg` or `recvmmsg`, and its control buffer
+/// (`msg_control`, `msg_controllen`) must still be alive.
+pub unsafe fn rx_timestamp_ns(msg: &libc::msghdr) -> Option<u64> {
+    let mut stamp = None;
+    // SAFETY: by the caller's contract the CMSG macros walk a control buffer the kernel filled,
+    // within `msg_controllen`; an SCM_TIMESTAMPNS payload is a timespec (read unaligned).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    stamp
+}
+
 /// CPU time the calling thread has consumed, ns (`CLOCK_THREAD_CPUTIME_ID`: the scheduler's
 /// runtime of the thread, which excludes time the hart spent elsewhere, on interrupts when the
 /// kernel accounts them, or stolen by a hypervisor).

@@ -326,22 +326,9 @@ impl Mmsg {
         let got = got as usize;
         for (i, m) in meta.iter_mut().enumerate().take(got) {
             let h = &self.hdrs[i];
-            let mut kernel_ns = None;
-            // SAFETY: the header was filled by a successful recvmmsg; the CMSG macros walk the
-            // control buffer within msg_controllen; SCM_TIMESTAMPNS carries a timespec.
-            unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
-                while !c.is_null() {
-                    if (*c).cmsg_level == libc::SOL_SOCKET
-                        && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
-                    {
-                        let ts =
-                            std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                        kernel_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                    }
-                    c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
-                }
-            }
+            // SAFETY: the header was filled by a successful recvmmsg and its control buffer
+            // (self.cmsg[i]) is alive.
+            let kernel_ns = unsafe { tess_sched::clock::rx_timestamp_ns(&h.msg_hdr) };
             let len = h.msg_len as usize;
             self.lens[i] = len;
             *m = RxMeta {
