@@ -82,8 +82,29 @@ pub struct Report {
     pub tables: Vec<Table>,
     /// Free-form notes: hart layout, machine caveats, shortfalls.
     pub notes: Vec<String>,
+    /// Side-by-side rows: one measured quantity, the paper's figure for it, ours, and the best
+    /// plain-Linux baseline measured in the same run (`docs/benchmarks.md` is generated from
+    /// these, see `scripts/bench-all`).
+    pub comparisons: Vec<Comparison>,
     /// Bench-specific detail (raw summaries, parameters).
     pub detail: serde_json::Value,
+}
+
+/// One row of a side-by-side comparison: what the seed paper reports, what tess measured and
+/// what the best plain-Linux configuration measured in the same run (each a figure name of this
+/// report, so repetitions can be summarised per figure).
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// The quantity, with its unit, e.g. `music response p99.9 beside interference (us)`.
+    pub quantity: String,
+    /// The paper's value and where it is (`seed 000 Fig. 7: max 1405`), if the paper has one.
+    pub paper: Option<String>,
+    /// Figure name holding tess's value.
+    pub ours: String,
+    /// Figure name holding the baseline's value, if one ran.
+    pub baseline: Option<String>,
+    /// What the baseline is (`SCHED_FIFO 99 pinned, same preparation`).
+    pub baseline_is: Option<String>,
 }
 
 /// A target from an issue and whether this run met it.
@@ -106,6 +127,7 @@ impl Report {
             targets: Vec::new(),
             tables: Vec::new(),
             notes: Vec::new(),
+            comparisons: Vec::new(),
             detail: serde_json::Value::Object(Default::default()),
         }
     }
@@ -129,6 +151,25 @@ impl Report {
             met,
             measured: measured.into(),
         });
+    }
+
+    /// Records a side-by-side row (see [`Comparison`]); `ours` and `baseline` name figures
+    /// of this report.
+    pub fn compare(
+        &mut self,
+        quantity: impl Into<String>,
+        paper: Option<&str>,
+        ours: impl Into<String>,
+        baseline: Option<(&str, &str)>,
+    ) -> &mut Self {
+        self.comparisons.push(Comparison {
+            quantity: quantity.into(),
+            paper: paper.map(str::to_string),
+            ours: ours.into(),
+            baseline: baseline.map(|(f, _)| f.to_string()),
+            baseline_is: baseline.map(|(_, what)| what.to_string()),
+        });
+        self
     }
 
     /// Adds a table.
@@ -164,6 +205,30 @@ impl Report {
             let mut t = Table::new("figures", &["figure", "value"]);
             for (k, v) in &self.figures {
                 t.row(&[k.clone(), format_value(*v)]);
+            }
+            out.push_str(&t.render());
+            out.push('\n');
+        }
+        if !self.comparisons.is_empty() {
+            let mut t = Table::new(
+                "side by side (paper, tess, best plain-Linux baseline in this run)",
+                &["quantity", "paper", "tess", "baseline"],
+            );
+            let fig = |name: &str| {
+                self.figures
+                    .get(name)
+                    .map_or_else(|| "-".to_string(), |v| format_value(*v))
+            };
+            for c in &self.comparisons {
+                t.row(&[
+                    c.quantity.clone(),
+                    c.paper.clone().unwrap_or_else(|| "-".into()),
+                    fig(&c.ours),
+                    match (&c.baseline, &c.baseline_is) {
+                        (Some(b), Some(what)) => format!("{} ({what})", fig(b)),
+                        _ => "-".into(),
+                    },
+                ]);
             }
             out.push_str(&t.render());
             out.push('\n');
