@@ -9,7 +9,7 @@
 //! memory = "512M"                # optional memory limit
 //! pids = 256                     # optional task limit
 //! pinned = true                  # optional: no policy may change this allocation
-//! idle = "spin"                  # dedicated only: spin (default, fast wake-ups) or halt
+//! idle = "spin"                  # halt (default: idle harts sleep) or spin (fast wake-ups, burns the hart)
 //!
 //! [cells.video]
 //! policy = "time-triggered"

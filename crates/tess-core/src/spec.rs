@@ -217,12 +217,15 @@ pub enum IdleMode {
     /// Stay busy: a `SCHED_IDLE` spinner per hart takes only time nothing in the cell wants, so
     /// the hart never enters an idle state and a waking thread runs at once (on a virtual
     /// machine an idle vCPU takes about 55 us longer to take a timer interrupt); the cell's
-    /// threads also get a 1 ns timer slack, as real-time threads have. The default for
-    /// dedicated cells, like Tessellation's runtimes spinning on their harts, and for
-    /// time-triggered cells. On harts a cell shares, the spinner belongs to no cell: it runs in
-    /// the system group, so it takes time only from nothing (`SCHED_IDLE`, nice 19).
+    /// threads also get a 1 ns timer slack, as real-time threads have. Tessellation's runtimes
+    /// spin on their harts this way. The price is the whole idle time of every such hart: an
+    /// idle machine burns one hart of power per dedicated cell (docs/architecture.md, "Idle
+    /// harts: spin or halt", has the measured trade-off). On harts a cell shares, the spinner
+    /// belongs to no cell: it runs in the system group, so it takes time only from nothing
+    /// (`SCHED_IDLE`, nice 19).
     Spin,
-    /// Let the harts idle (saves power; wake-ups are slower).
+    /// Let the harts idle (the default: saves power, a laptop's battery and a cloud bill;
+    /// wake-ups from an idle state are slower, on a virtual machine by tens of microseconds).
     Halt,
 }
 
@@ -395,15 +398,13 @@ impl CellSpec {
             && self.idle_mode() == other.idle_mode()
     }
 
-    /// The idle mode in effect: dedicated and time-triggered cells spin unless told to halt
-    /// (a time-triggered window starts with a kernel wake-up on every hart, and a halted vCPU
-    /// wakes late by a different amount on each: the gang skew); others halt.
+    /// The idle mode in effect: what the cell asks for, else [`IdleMode::Halt`]. Spinning costs
+    /// a whole hart per hart of the cell while it waits, so it is a choice a user makes for a
+    /// cell whose wake-up latency matters more than that (a time-triggered window starts with
+    /// a kernel wake-up on every hart, and a halted vCPU wakes late by a different amount on
+    /// each: the gang skew).
     pub fn idle_mode(&self) -> IdleMode {
-        match (&self.policy, self.idle) {
-            (Policy::Dedicated | Policy::TimeTriggered { .. }, None) => IdleMode::Spin,
-            (_, Some(m)) => m,
-            (_, None) => IdleMode::Halt,
-        }
+        self.idle.unwrap_or(IdleMode::Halt)
     }
 }
 
@@ -507,11 +508,11 @@ mod tests {
     }
 
     #[test]
-    fn dedicated_and_time_triggered_cells_spin_by_default() {
-        assert_eq!(spec(Policy::Dedicated).idle_mode(), IdleMode::Spin);
+    fn cells_halt_unless_asked_to_spin() {
+        assert_eq!(spec(Policy::Dedicated).idle_mode(), IdleMode::Halt);
         let mut s = spec(Policy::Dedicated);
-        s.idle = Some(IdleMode::Halt);
-        assert_eq!(s.idle_mode(), IdleMode::Halt);
+        s.idle = Some(IdleMode::Spin);
+        assert_eq!(s.idle_mode(), IdleMode::Spin);
         assert!(!s.same_allocation(&spec(Policy::Dedicated)));
         let mut e = spec(Policy::EventTriggered {
             period: ms(10),
@@ -526,7 +527,7 @@ mod tests {
             active: ms(2),
             offset: None,
         });
-        assert_eq!(t.idle_mode(), IdleMode::Spin);
+        assert_eq!(t.idle_mode(), IdleMode::Halt);
         let mut b = spec(Policy::BestEffort { weight: 100 });
         assert_eq!(b.idle_mode(), IdleMode::Halt);
         b.idle = Some(IdleMode::Spin);

@@ -202,6 +202,34 @@ pub struct EmulatorReport {
     pub send_delay_us: Summary,
 }
 
+impl EmulatorReport {
+    /// The report of a device that could not play at all (its process was starved, as a
+    /// SCHED_FIFO 99 swarm on plain Linux does to it): `packages` expected, none answered,
+    /// every one missed.
+    pub fn starved(packages: u64, target: String) -> EmulatorReport {
+        EmulatorReport {
+            gesture: String::new(),
+            target,
+            pace: String::new(),
+            packages_sent: 0,
+            packages,
+            answered: 0,
+            lost: packages,
+            late: 0,
+            misses: packages,
+            unexpected_answers: 0,
+            incomplete_answers: 0,
+            deadline_us: slabs::DEADLINE_NS as f64 / 1000.0,
+            response_us: Summary::default(),
+            send_lateness_us: Summary::default(),
+            host_compute_us: Summary::default(),
+            after_last_packet_us: Summary::default(),
+            tx_kernel_stamps: 0,
+            send_delay_us: Summary::default(),
+        }
+    }
+}
+
 /// The result of a run: the report plus the raw per-package samples.
 #[derive(Debug, Clone)]
 pub struct EmulatorRun {

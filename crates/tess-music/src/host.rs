@@ -197,6 +197,25 @@ pub struct HostReport {
     pub dropped_samples: u64,
 }
 
+impl HostReport {
+    /// The report of a synthesizer that printed none (it was starved or killed).
+    pub fn missing(packages: u64) -> HostReport {
+        HostReport {
+            counters: HostCounters::default(),
+            packages,
+            misses: packages,
+            deadline_us: crate::slabs::DEADLINE_NS as f64 / 1000.0,
+            response_us: Summary::default(),
+            compute_us: Summary::default(),
+            hart_fraction_mean: 0.0,
+            workers: 0,
+            oscillators_per_voice: 0,
+            wait: String::new(),
+            dropped_samples: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Assembly {
     seq: u32,

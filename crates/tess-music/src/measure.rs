@@ -1,15 +1,17 @@
 //! Measurements for `tess bench music`: how much of a hart the Migrator needs, and how many
 //! oscillators one hart sustains.
 //!
-//! # Definitions (issue 5)
+//! # Definitions (issues 5 and 11)
 //! ```text
 //! busy(k)        = CLOCK_MONOTONIC time to compute package k (all active voices + mixer)
 //! hart fraction  = busy / package period = busy / (32 / 44100 s) = busy / 725.624 us
-//! cpu(k)         = the thread's own CPU time for the same work (CLOCK_THREAD_CPUTIME_ID)
-//! miss           = busy(k) > 725.624 us and cpu(k) > 725.624 us (the hart could not keep up)
-//! stall          = busy(k) > 725.624 us but cpu(k) <= 725.624 us (the hart was taken away:
-//!                  a hypervisor stall, interrupts, a preemption; counted, not a capacity miss)
-//! capacity       = largest 32 x n oscillators with zero misses over the whole run
+//! late(k)        = package k finished more than one package period after its grid point:
+//!                  it overran, or the thread started it late (preempted, stalled by the
+//!                  hypervisor, behind after an earlier overrun) -- every cause counts
+//! stall(k)       = late(k) while the thread's own CPU time for it (CLOCK_THREAD_CPUTIME_ID)
+//!                  stayed within the period: the hart was taken away (reported, and counted)
+//! capacity       = largest 32 x n oscillators at which at most TOLERANCE (1%) of the packages
+//!                  of a full-length run are late
 //! ```
 //! Packages are paced on the package grid as the device would send them: the thread computes
 //! package `k` at `start + k * 725.624 us` and busy-waits until the next grid point (a dedicated,
@@ -23,14 +25,16 @@
 //! # Search for the capacity
 //! 1. Calibrate the cost of one oscillator from 0.3 s at 100 per voice.
 //! 2. Binary-search the oscillators per voice with short trials (a tenth of the duration, at
-//!    most 2 s, stopping at the first miss).
-//! 3. Confirm the result over the full duration; on a miss step down 15 % and confirm again
-//!    (at most 10 confirmations).
+//!    most 2 s), each failing as soon as its late packages exceed the tolerance.
+//! 3. Confirm the result over the full duration; on failure step down 5 % and confirm again
+//!    (at most 6 confirmations). No retries: a refuted count is refuted.
 //!
-//! Why stalls are set apart: on the development VM the vCPU of a dedicated hart is stalled
-//! for 1-17 ms a few times a minute (the FIFO-99 noise floor shows them too); such a stall lands
-//! in a computation at any load, so "zero late packages in 60 s" measures the hypervisor, not
-//! the hart. The stalls are reported beside the capacity.
+//! Why a tolerance and not "zero late packages": the development VM stalls a dedicated hart's
+//! vCPU for 1-17 ms a few times a minute, and such a stall makes a few packages late at any
+//! load. With "zero late in 60 s" the capacity was 37,152 in one run and 0 in the next. Stalls
+//! count against the tolerance like any other lateness, so the figure is what a user gets on
+//! this machine: the count at which 99% of packages are on time (the p99 of the lateness),
+//! reproducible because one stall moves it by nothing.
 //!
 //! # Glossary
 //! - **busy**: time spent computing one package; **miss** (here): busy longer than a package
@@ -54,6 +58,9 @@ use tess_sched::clock;
 const ALL_PADS: &str = include_str!("../gestures/all-pads.toml");
 const WARMUP_PACKAGES: usize = 200;
 
+/// Fraction of a run's packages that may be late at the capacity (module docs).
+pub const TOLERANCE: f64 = 0.01;
+
 /// Busy time of a paced run.
 #[derive(Debug, Clone, Serialize)]
 pub struct PacedRun {
@@ -63,9 +70,10 @@ pub struct PacedRun {
     pub oscillators: usize,
     /// Packages measured.
     pub packages: usize,
-    /// Packages whose busy time and CPU time both exceeded the package period.
-    pub misses: usize,
-    /// Packages whose busy time exceeded the package period while their CPU time did not.
+    /// Packages finished more than a package period after their grid point, for any reason.
+    pub late: usize,
+    /// Of the late packages, those whose own CPU time stayed within the period (the hart was
+    /// taken away: hypervisor, interrupts, preemption).
     pub stalls: usize,
     /// Busy time per package, microseconds.
     pub busy_us: Summary,
@@ -73,7 +81,7 @@ pub struct PacedRun {
     pub fraction_mean: f64,
     /// `busy_us.max / 725.624 us`.
     pub fraction_max: f64,
-    /// Whether the run stopped at its first miss.
+    /// Whether the run stopped early because its late packages exceeded the allowance.
     pub stopped_early: bool,
 }
 
@@ -83,8 +91,8 @@ pub type HartFraction = PacedRun;
 /// Result of [`max_oscillators_per_hart`].
 #[derive(Debug, Clone, Serialize)]
 pub struct OscCapacity {
-    /// Largest total oscillator count confirmed with zero misses over the full duration
-    /// (0 if none was).
+    /// Largest total oscillator count confirmed over the full duration with at most
+    /// [`TOLERANCE`] of its packages late (0 if none was).
     pub oscillators: usize,
     /// Of which per voice.
     pub per_voice: usize,
@@ -97,8 +105,9 @@ pub struct OscCapacity {
 }
 
 /// Computes packages of a 32-voice Migrator with `per_voice` oscillators, paced on the package
-/// grid, for `duration` (after a 200-package warm-up), on the calling thread.
-pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool) -> PacedRun {
+/// grid, for `duration` (after a 200-package warm-up), on the calling thread. With
+/// `late_allowance = Some(n)` the run stops as soon as more than `n` packages were late.
+pub fn paced_run(per_voice: usize, duration: Duration, late_allowance: Option<usize>) -> PacedRun {
     let gesture = Gesture::parse(ALL_PADS).expect("the shipped all-pads gesture parses");
     let params = SynthParams {
         voice: VoiceParams {
@@ -112,7 +121,7 @@ pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool)
     let mut out: AudioBlock = [[0.0; 8]; 32];
     let measured = (clock::ns(duration) / PACKAGE_PERIOD_NS).max(1) as usize;
     let mut busy_ns = Vec::with_capacity(measured);
-    let mut misses = 0;
+    let mut late = 0;
     let mut stalls = 0;
     let mut stopped_early = false;
     let mut next = clock::now_ns();
@@ -121,16 +130,20 @@ pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool)
         clock::spin_until_ns(next);
         let (t0, c0) = (clock::now_ns(), clock::thread_cpu_ns());
         engine.process(&controls, &mut out);
-        let busy = clock::now_ns() - t0;
+        let finish = clock::now_ns();
+        let busy = finish - t0;
         let cpu = clock::thread_cpu_ns() - c0;
         std::hint::black_box(&out);
         if k >= WARMUP_PACKAGES {
             busy_ns.push(busy);
-            if busy > PACKAGE_PERIOD_NS && cpu <= PACKAGE_PERIOD_NS {
-                stalls += 1;
-            } else if busy > PACKAGE_PERIOD_NS {
-                misses += 1;
-                if stop_at_first_miss {
+            // Late from its grid point, not from its start: a package started late (the thread
+            // was preempted or stalled while waiting) fails like one that overran.
+            if finish.saturating_sub(next) > PACKAGE_PERIOD_NS {
+                late += 1;
+                if cpu <= PACKAGE_PERIOD_NS {
+                    stalls += 1;
+                }
+                if late_allowance.is_some_and(|n| late > n) {
                     stopped_early = true;
                     break;
                 }
@@ -149,7 +162,7 @@ pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool)
         per_voice: params.voice.oscillators,
         oscillators: params.voice.oscillators * PADS,
         packages: busy_ns.len(),
-        misses,
+        late,
         stalls,
         fraction_mean: busy_us.mean / period_us,
         fraction_max: busy_us.max / period_us,
@@ -162,15 +175,21 @@ pub fn paced_run(per_voice: usize, duration: Duration, stop_at_first_miss: bool)
 /// oscillators, all pads pressed), over `duration`, on the calling thread. The issue's figure
 /// `migrator_hart_fraction` is `fraction_mean`.
 pub fn migrator_hart_fraction(duration: Duration) -> HartFraction {
-    paced_run(VoiceParams::default().oscillators, duration, false)
+    paced_run(VoiceParams::default().oscillators, duration, None)
 }
 
-/// The largest number of oscillators (32 voices x n) the calling thread's hart computes within
-/// the package period with zero misses over `duration` (the issue asks for 60 s). Takes about
-/// `duration` plus a few seconds when the first confirmation succeeds.
+/// How many late packages a run of `duration` may have at the capacity.
+fn allowance(duration: Duration) -> usize {
+    let packages = (clock::ns(duration) / PACKAGE_PERIOD_NS).max(1) as f64;
+    (packages * TOLERANCE).floor() as usize
+}
+
+/// The largest number of oscillators (32 voices x n) the calling thread's hart computes with at
+/// most [`TOLERANCE`] of the packages of a `duration`-long run late, stalls included (module
+/// docs). Takes about `duration` plus a few seconds when the first confirmation succeeds.
 pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
     let mut trials = Vec::new();
-    let calib = paced_run(100, Duration::from_millis(300), false);
+    let calib = paced_run(100, Duration::from_millis(300), None);
     // Cost of one oscillator for one package, from the median (robust to preemption).
     let per_osc_ns = (calib.busy_us.median * 1000.0 / calib.oscillators as f64).max(0.01);
     trials.push(calib);
@@ -182,8 +201,8 @@ pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
     let (mut lo, mut hi) = (0usize, (estimate * 2).max(8));
     while hi - lo > (lo / 100).max(1) {
         let mid = (lo + hi) / 2;
-        let t = paced_run(mid.max(1), short, true);
-        let ok = t.misses == 0;
+        let t = paced_run(mid.max(1), short, Some(allowance(short)));
+        let ok = !t.stopped_early;
         trials.push(t);
         if ok {
             lo = mid;
@@ -192,22 +211,15 @@ pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
         }
     }
 
-    // A long run is confirmed or refuted. A virtual machine's rare multi-millisecond stalls
-    // refute a count whatever its load, only less often at lower loads, so: a count refuted in
-    // the first half of the run steps down by 15% (it is likely too high); one refuted later
-    // is tried once more before stepping down (a stall is the likelier cause). Each refutation
-    // ends at its first miss, so this is cheap; every attempt is kept in `trials`.
+    // The full-length run confirms or refutes; a refuted count steps down 5%.
     let mut per_voice = lo;
-    let mut retried = false;
     let mut confirmations = Vec::new();
-    let measured = (clock::ns(duration) / PACKAGE_PERIOD_NS).max(1) as usize;
-    for _ in 0..10 {
+    for _ in 0..6 {
         if per_voice == 0 {
             break;
         }
-        let t = paced_run(per_voice, duration, true);
-        let ok = t.misses == 0;
-        let late_refutation = t.packages * 2 >= measured;
+        let t = paced_run(per_voice, duration, Some(allowance(duration)));
+        let ok = !t.stopped_early;
         confirmations.push(t.clone());
         if ok {
             return OscCapacity {
@@ -218,12 +230,7 @@ pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
                 confirmations,
             };
         }
-        if late_refutation && !retried {
-            retried = true;
-        } else {
-            retried = false;
-            per_voice = per_voice * 85 / 100;
-        }
+        per_voice = per_voice * 95 / 100;
     }
     OscCapacity {
         oscillators: 0,
@@ -241,10 +248,18 @@ mod tests {
     // No timing assertions: only that the measurements run and are self-consistent.
     #[test]
     fn paced_run_counts_packages() {
-        let r = paced_run(16, Duration::from_millis(50), false);
+        let r = paced_run(16, Duration::from_millis(50), None);
         assert_eq!(r.oscillators, 16 * PADS);
         assert_eq!(r.packages, 68);
         assert!(r.busy_us.max >= r.busy_us.mean);
         assert!((r.fraction_mean - r.busy_us.mean / 725.624).abs() < 1e-9);
+        assert!(r.stalls <= r.late);
+    }
+
+    #[test]
+    fn allowance_is_one_percent_of_the_packages() {
+        // 10 s = 13,781 packages of 725.624 us.
+        assert_eq!(allowance(Duration::from_secs(10)), 137);
+        assert_eq!(allowance(Duration::from_millis(100)), 1);
     }
 }

@@ -28,6 +28,7 @@ fn a_short_scenario_reports_both_ends_and_draws_its_histogram() {
             fifo: None,
             wait: Wait::Block,
             oscillators: 100,
+            idle_spinner: false,
         },
         emulator: EmulatorPlacement {
             hart: None,
@@ -41,6 +42,7 @@ fn a_short_scenario_reports_both_ends_and_draws_its_histogram() {
             videos: 0,
             ep_processes: 1,
             ep_threads: 1,
+            rogue: 0,
         },
         duration: Duration::from_millis(1500),
         warmup: Duration::from_millis(300),

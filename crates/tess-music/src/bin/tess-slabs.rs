@@ -53,8 +53,16 @@ struct Cli {
     #[arg(long)]
     hart: Option<usize>,
     /// Run as SCHED_FIFO at this priority (1-99).
-    #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(u32).range(1..=99))]
+    #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(u32).range(1..=99), conflicts_with = "deadline")]
     fifo: Option<u32>,
+    /// Run as SCHED_DEADLINE with RUNTIME/DEADLINE/PERIOD in microseconds, e.g. `650/725/725`:
+    /// above every SCHED_FIFO thread, for runs where something real-time (a SCHED_FIFO 99
+    /// rogue) shares the emulator's hart. The emulator sends a packet every 45 us and needs
+    /// most of a hart on a virtual machine: size the runtime for that. With --hart on a hart
+    /// that shares its scheduling domain (no tessd), the emulator starts on that hart with the
+    /// domain's affinity, as the kernel requires of deadline tasks.
+    #[arg(long, value_name = "R/D/P", value_parser = parse_deadline)]
+    deadline: Option<Policy>,
     /// Enter network namespace NAME (/var/run/netns/NAME) before opening the socket.
     #[arg(long, value_name = "NAME")]
     netns: Option<String>,
@@ -64,6 +72,29 @@ struct Cli {
     /// Write every measured response time, in microseconds, one per line, to this file.
     #[arg(long, value_name = "PATH")]
     samples_file: Option<PathBuf>,
+}
+
+/// Parses `RUNTIME/DEADLINE/PERIOD` (microseconds) into a `SCHED_DEADLINE` policy.
+fn parse_deadline(s: &str) -> Result<Policy, String> {
+    let bad = || format!("{s:?} is not RUNTIME/DEADLINE/PERIOD in microseconds");
+    let us: Vec<u64> = s
+        .split('/')
+        .map(|p| p.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    let [runtime, deadline, period] = us[..] else {
+        return Err(bad());
+    };
+    if !(runtime > 0 && runtime <= deadline && deadline <= period) {
+        return Err(format!(
+            "{s:?}: SCHED_DEADLINE needs 0 < runtime <= deadline <= period"
+        ));
+    }
+    Ok(Policy::Deadline {
+        runtime: Duration::from_micros(runtime),
+        deadline: Duration::from_micros(deadline),
+        period: Duration::from_micros(period),
+    })
 }
 
 const DEFAULT_GESTURE: &str = include_str!("../../gestures/default.toml");
@@ -81,7 +112,27 @@ fn main() -> Result<()> {
     if let Err(e) = tess_sched::lock_memory() {
         eprintln!("tess-slabs: mlockall failed ({e}); continuing");
     }
-    rt::place_current_thread(cli.hart, cli.fifo.map(|priority| Policy::Fifo { priority }))?;
+    let policy = cli
+        .deadline
+        .or(cli.fifo.map(|priority| Policy::Fifo { priority }));
+    match rt::place_current_thread(cli.hart, policy) {
+        Ok(()) => {}
+        // The kernel admits a deadline task only with an affinity that spans its scheduling
+        // domain: start on --hart, then take the domain's affinity. A wake-up stays on the
+        // hart the thread slept on unless a deadline task with an earlier deadline runs there.
+        Err(rt::PlacementError::Policy { .. }) if cli.deadline.is_some() && cli.hart.is_some() => {
+            let all = tess_sched::online_harts().context("reading the online harts")?;
+            tess_sched::affinity::set_affinity(0, &all)
+                .context("widening the affinity for SCHED_DEADLINE")?;
+            rt::place_current_thread(None, policy)?;
+            eprintln!(
+                "tess-slabs: hart {} shares a scheduling domain: SCHED_DEADLINE with affinity {all}, started on hart {}",
+                cli.hart.unwrap_or(0),
+                cli.hart.unwrap_or(0)
+            );
+        }
+        Err(e) => return Err(e.into()),
+    }
     let mut cfg = EmulatorConfig::new(cli.to, gesture);
     if let Some(b) = cli.bind {
         cfg.bind = b;

@@ -23,6 +23,11 @@ pub enum Role {
         /// 0-based.
         index: usize,
     },
+    /// The rogue neighbour of scenario E: a swarm that raises itself to SCHED_FIFO 99 and spins.
+    Rogue,
+    /// A SCHED_IDLE spinner that keeps the synthesizer's hart from idling in the plain-Linux
+    /// baselines (the preparation a dedicated cell's hart gets).
+    Spinner,
 }
 
 impl std::fmt::Display for Role {
@@ -32,6 +37,8 @@ impl std::fmt::Display for Role {
             Role::Emulator => write!(f, "emulator"),
             Role::Video { index } => write!(f, "video{index}"),
             Role::BestEffort { index } => write!(f, "ep{index}"),
+            Role::Rogue => write!(f, "rogue"),
+            Role::Spinner => write!(f, "idle-spinner"),
         }
     }
 }

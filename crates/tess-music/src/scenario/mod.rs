@@ -71,6 +71,9 @@ pub struct SynthPlacement {
     pub wait: Wait,
     /// `--oscillators` per voice.
     pub oscillators: usize,
+    /// Keep the synthesizer's first hart from idling with a `SCHED_IDLE` spinner
+    /// (`tess-idle-spin`): the plain-Linux equivalent of a dedicated cell's idle spinner.
+    pub idle_spinner: bool,
 }
 
 fn ser_wait<S: serde::Serializer>(w: &Wait, s: S) -> Result<S::Ok, S::Error> {
@@ -107,6 +110,8 @@ pub struct Interference {
     pub ep_processes: usize,
     /// Threads per EP process.
     pub ep_threads: usize,
+    /// Processes of the rogue swarm (`tess-rogue`, scenario E); 0: none.
+    pub rogue: u32,
 }
 
 impl Interference {
@@ -115,6 +120,7 @@ impl Interference {
         videos: 0,
         ep_processes: 0,
         ep_threads: 0,
+        rogue: 0,
     };
 
     /// Group 2 of the paper scaled to 2 harts: two video players (the time- and the
@@ -123,11 +129,21 @@ impl Interference {
         videos: 2,
         ep_processes: 2,
         ep_threads: 1,
+        rogue: 0,
     };
+
+    /// Group 2 plus the rogue neighbour (scenario E): `swarm` processes that raise themselves
+    /// to `SCHED_FIFO` 99 and spin.
+    pub const fn group2_with_rogue(swarm: u32) -> Interference {
+        Interference {
+            rogue: swarm,
+            ..Interference::GROUP2
+        }
+    }
 
     /// Whether anything interferes.
     pub fn any(&self) -> bool {
-        self.videos > 0 || self.ep_processes > 0
+        self.videos > 0 || self.ep_processes > 0 || self.rogue > 0
     }
 }
 
@@ -171,6 +187,7 @@ pub fn baseline_c(duration: Duration) -> ScenarioSpec {
             fifo: None,
             wait: Wait::Block,
             oscillators: 100,
+            idle_spinner: false,
         },
         emulator: default_emulator(),
         interference: Interference::GROUP2,
@@ -195,6 +212,7 @@ pub fn baseline_d(duration: Duration) -> ScenarioSpec {
             fifo: Some(99),
             wait: Wait::Block,
             oscillators: 100,
+            idle_spinner: true,
         },
         emulator: default_emulator(),
         interference: Interference::GROUP2,
@@ -204,6 +222,17 @@ pub fn baseline_d(duration: Duration) -> ScenarioSpec {
         netns: None,
         record: None,
         steer_receive: None,
+    }
+}
+
+/// Baseline D with the rogue neighbour of scenario E: what a `SCHED_FIFO` 99 swarm does to
+/// the careful plain-Linux setup.
+pub fn baseline_e_linux(duration: Duration, swarm: u32) -> ScenarioSpec {
+    ScenarioSpec {
+        name: "E_linux".into(),
+        title: "plain Linux: as D, plus a rogue SCHED_FIFO 99 swarm".into(),
+        interference: Interference::group2_with_rogue(swarm),
+        ..baseline_d(duration)
     }
 }
 
@@ -317,8 +346,63 @@ pub struct ScenarioResult {
     /// Host-side response times, microseconds.
     #[serde(skip)]
     pub host_us: Vec<f64>,
+    /// What each hart did while the emulator played (from `/proc/stat`).
+    pub harts: Vec<HartLoad>,
+    /// CPU time the baseline's idle spinner burned, as a fraction of its hart.
+    pub spinner_cpu_fraction: Option<f64>,
     /// Caveats (fallbacks, odd counters).
     pub notes: Vec<String>,
+}
+
+/// One hart's time over a scenario's run, from the per-CPU lines of `/proc/stat` (in
+/// `USER_HZ` ticks, 10 ms here): how busy it was, and how long the hypervisor kept its vCPU
+/// off the host CPU (steal time), the evidence for stalls that no Linux setting can prevent.
+#[derive(Debug, Clone, Serialize)]
+pub struct HartLoad {
+    /// The hart.
+    pub hart: usize,
+    /// Busy time (user, nice, system, irq, softirq) / wall time.
+    pub busy_fraction: f64,
+    /// Steal time, milliseconds.
+    pub steal_ms: f64,
+}
+
+/// Per-CPU counters of `/proc/stat`: (busy ticks, all ticks, steal ticks) per hart.
+fn cpu_ticks() -> Vec<(usize, u64, u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let hart = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
+            // user nice system idle iowait irq softirq steal ...
+            let busy = v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?;
+            let steal = *v.get(7)?;
+            let all = busy + v.get(3)? + v.get(4)? + steal;
+            Some((hart, busy, all, steal))
+        })
+        .collect()
+}
+
+/// The difference of two [`cpu_ticks`] readings as per-hart loads.
+fn hart_loads(
+    before: &[(usize, u64, u64, u64)],
+    after: &[(usize, u64, u64, u64)],
+) -> Vec<HartLoad> {
+    // USER_HZ is 100 on every Linux architecture that tess runs on (x86, arm64).
+    let hz = 100.0;
+    after
+        .iter()
+        .filter_map(|&(hart, busy, all, steal)| {
+            let &(_, b0, a0, s0) = before.iter().find(|b| b.0 == hart)?;
+            let span = all.saturating_sub(a0).max(1) as f64;
+            Some(HartLoad {
+                hart,
+                busy_fraction: busy.saturating_sub(b0) as f64 / span,
+                steal_ms: steal.saturating_sub(s0) as f64 * 1000.0 / hz,
+            })
+        })
+        .collect()
 }
 
 impl ScenarioResult {
@@ -426,9 +510,43 @@ pub fn run_scenario(
             interference::ep_process(&env.bin_dir, spec.interference.ep_threads.max(1)),
         )?);
     }
+    if spec.interference.rogue > 0 {
+        background.push(spawn(
+            Role::Rogue,
+            CommandSpec {
+                program: env.bin_dir.join("tess-rogue"),
+                args: vec![
+                    os("--swarm"),
+                    os(spec.interference.rogue.to_string()),
+                    // It stops by itself shortly after the run even if nobody can signal it.
+                    os("--seconds"),
+                    os(format!(
+                        "{}",
+                        (spec.duration + spec.warmup).as_secs_f64() + 60.0
+                    )),
+                ],
+                stdout: None,
+                stderr: Some(dir.join("rogue.log")),
+            },
+        )?);
+    }
     if spec.interference.any() {
         std::thread::sleep(Duration::from_millis(500));
     }
+    // The baselines' idle spinner, on the synthesizer's first hart.
+    let spinner_out = dir.join("spinner.json");
+    let mut spinner = match (&spec.synth.harts, spec.synth.idle_spinner) {
+        (Some(h), true) if !h.is_empty() => Some(spawn(
+            Role::Spinner,
+            CommandSpec {
+                program: env.bin_dir.join("tess-idle-spin"),
+                args: vec![os("--hart"), os(h[0].to_string()), os("--json")],
+                stdout: Some(spinner_out.clone()),
+                stderr: Some(dir.join("spinner.log")),
+            },
+        )?),
+        _ => None,
+    };
 
     // 2. Synthesizer.
     let ready = dir.join("synth.ready");
@@ -529,8 +647,10 @@ pub fn run_scenario(
             stderr: Some(dev_err.clone()),
         },
     )?;
+    let ticks_before = cpu_ticks();
     let limit = spec.duration + spec.warmup + Duration::from_secs(30);
     let dev_status = device.wait_timeout(limit);
+    let harts = hart_loads(&ticks_before, &cpu_ticks());
 
     // 4. Stop the synthesizer (it prints its report), then the interference.
     synth.signal(libc::SIGINT);
@@ -539,7 +659,25 @@ pub fn run_scenario(
         if g.exited().is_some() {
             notes.push(format!("{} exited before the end of the run", g.role));
         }
-        g.stop(Duration::from_secs(1));
+        g.stop(Duration::from_secs(3));
+    }
+    let spinner_cpu_fraction = spinner.as_mut().and_then(|g| {
+        g.signal(libc::SIGTERM);
+        g.wait_timeout(Duration::from_secs(3));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&spinner_out).ok()?).ok()?;
+        v["cpu_fraction"].as_f64()
+    });
+    if spec.interference.rogue > 0 {
+        // What the kernel granted the swarm: one line per member.
+        let log = std::fs::read_to_string(dir.join("rogue.log")).unwrap_or_default();
+        let granted = log.matches("granted").count();
+        let refused = log.matches("refused").count();
+        notes.push(format!(
+            "rogue swarm of {}: SCHED_FIFO 99 granted to {granted}, refused to {refused} (log: {})",
+            spec.interference.rogue,
+            dir.join("rogue.log").display()
+        ));
     }
     drop(pair);
 
@@ -549,6 +687,41 @@ pub fn run_scenario(
         what,
         log,
     };
+    if dev_status.is_none() && spec.interference.rogue > 0 {
+        // The rogue swarm took the emulator's hart too (plain Linux cannot stop it): the
+        // device could not play, so every package of the run counts as missed.
+        let packages = clock_packages(spec.duration);
+        notes.push(format!(
+            "the test equipment was starved by the rogue swarm (it did not finish within {} s): no package was answered on time; all {packages} counted as missed",
+            limit.as_secs()
+        ));
+        let host = if synth_status.is_some_and(|s| s.success()) {
+            serde_json::from_str::<serde_json::Value>(
+                &std::fs::read_to_string(&synth_out).unwrap_or_default(),
+            )
+            .ok()
+            .and_then(|v| HostReport::deserialize(&v).ok())
+            .unwrap_or_else(|| HostReport::missing(packages))
+        } else {
+            notes.push("the synthesizer did not report either (starved)".into());
+            HostReport::missing(packages)
+        };
+        return Ok(ScenarioResult {
+            spec: spec.clone(),
+            layout: format!(
+                "as D, plus {} rogue processes; {}",
+                spec.interference.rogue,
+                pair_description(spec)
+            ),
+            device: EmulatorReport::starved(packages, addr.to_string()),
+            host,
+            device_us: Vec::new(),
+            host_us: Vec::new(),
+            harts,
+            spinner_cpu_fraction,
+            notes,
+        });
+    }
     if !dev_status.is_some_and(|s| s.success()) {
         return Err(fail(
             Role::Emulator,
@@ -632,8 +805,15 @@ pub fn run_scenario(
         host: host_report,
         device_us,
         host_us,
+        harts,
+        spinner_cpu_fraction,
         notes,
     })
+}
+
+/// Packages in `duration` at the device's rate.
+fn clock_packages(duration: Duration) -> u64 {
+    (duration.as_nanos() as u64).div_ceil(slabs::PACKAGE_PERIOD_NS)
 }
 
 fn pair_description(spec: &ScenarioSpec) -> String {
@@ -699,43 +879,75 @@ pub fn write_histogram(result: &ScenarioResult, dir: &Path) -> std::io::Result<P
     Ok(path)
 }
 
-/// The side-by-side table of scenarios (device side, plus the host's `t2 - t1` mean and max).
+/// 680.27 us: the due offset of a package's last packet after its first (15 x 45.35 us), the
+/// part of `tf - t0` that a perfectly timed device spends sending.
+pub const IDEAL_SEND_US: f64 = 15.0 * 2.0 * 1e6 / 44_100.0;
+
+impl ScenarioResult {
+    /// The derived "ideal device" p99.9: [`IDEAL_SEND_US`] plus the p99.9 of the time from the
+    /// last packet's kernel transmit stamp to the answer.
+    pub fn ideal_p999_us(&self) -> f64 {
+        IDEAL_SEND_US + self.device.after_last_packet_us.p999
+    }
+
+    /// Per-hart busy fraction and steal time, as `0: 45% (steal 10 ms), 1: ...`.
+    pub fn hart_summary(&self) -> String {
+        self.harts
+            .iter()
+            .map(|h| {
+                format!(
+                    "{}: {:.0}% (steal {:.0} ms)",
+                    h.hart,
+                    h.busy_fraction * 100.0,
+                    h.steal_ms
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The side-by-side table of scenarios. The primary figures are what the device sees (`tf -
+/// t0`, from the actual send of the first packet to the kernel's receive stamp of the answer);
+/// the derived columns say where time went: the ideal device's view (the emulator's own
+/// pacing lateness removed), the synthesizer's own `t2 - t1`, the emulator's pacing lateness,
+/// and what each hart did (busy share and hypervisor steal time).
 pub fn results_table(results: &[ScenarioResult]) -> Table {
     let mut t = Table::new(
-        "response time tf - t0 per package (us); misses = late (> 1405.9 us) + lost; \
-         t2-t1 = host side; after last = tf - send of packet 15; device late = worst emulator \
-         pacing lateness",
+        "response time tf - t0 per package as the device sees it (us); misses = late (> 1405.9 us) + lost. \
+         Derived: ideal = 680.27 + tf - send of packet 15; t2-t1 = host side; send late = emulator pacing; \
+         harts = busy share and hypervisor steal per hart; spinner = CPU of the baseline's idle spinner",
         &[
             "scenario",
             "packages",
             "misses",
-            "mean",
-            "stdev",
+            "median",
             "p99",
             "p99.9",
             "max",
-            "t2-t1 mean",
-            "t2-t1 max",
-            "after last max",
-            "device late max",
+            "ideal p99.9",
+            "t2-t1 p99.9",
+            "send late p99.9",
+            "harts",
+            "spinner",
         ],
     );
     for r in results {
         let s = r.summary();
-        let h = r.host.response_us;
         t.row(&[
             format!("{}: {}", r.spec.name, r.spec.title),
             r.device.packages.to_string(),
             r.misses().to_string(),
-            format!("{:.1}", s.mean),
-            format!("{:.1}", s.stdev),
+            format!("{:.1}", s.median),
             format!("{:.1}", s.p99),
             format!("{:.1}", s.p999),
             format!("{:.1}", s.max),
-            format!("{:.1}", h.mean),
-            format!("{:.1}", h.max),
-            format!("{:.1}", r.device.after_last_packet_us.max),
-            format!("{:.1}", r.device.send_lateness_us.max),
+            format!("{:.1}", r.ideal_p999_us()),
+            format!("{:.1}", r.host.response_us.p999),
+            format!("{:.1}", r.device.send_lateness_us.p999),
+            r.hart_summary(),
+            r.spinner_cpu_fraction
+                .map_or("-".into(), |f| format!("{:.0}% of a hart", f * 100.0)),
         ]);
     }
     t
@@ -765,7 +977,16 @@ pub fn add_figures(report: &mut Report, result: &ScenarioResult) {
         .figure(
             format!("{n}_device_late_max_us"),
             result.device.send_lateness_us.max,
+        )
+        .figure(format!("{n}_median_us"), s.median)
+        .figure(format!("{n}_ideal_p999_us"), result.ideal_p999_us())
+        .figure(
+            format!("{n}_steal_ms"),
+            result.harts.iter().map(|h| h.steal_ms).sum::<f64>(),
         );
+    if let Some(f) = result.spinner_cpu_fraction {
+        report.figure(format!("{n}_spinner_cpu_fraction"), f);
+    }
     report.note(format!("{n}: {}", result.layout));
     for note in &result.notes {
         report.note(format!("{n}: {note}"));

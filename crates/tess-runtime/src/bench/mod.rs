@@ -149,7 +149,9 @@ fn spec(opts: &BenchOptions, harts: usize) -> CellSpec {
         memory_max: None,
         pids_max: None,
         pinned: false,
-        idle: None,
+        // Spinning harts start windows with the least skew (a halted vCPU wakes late by a
+        // different amount on each hart): the gang bench asks for it explicitly.
+        idle: Some(tess_core::spec::IdleMode::Spin),
     }
 }
 
