@@ -221,6 +221,7 @@ impl Engine {
             utilization_limit: limit,
             kernel_reservation_limit: kernel_cap.min(limit),
             min_system_harts: config.system_harts,
+            group_servers: backend.group_servers(),
         };
         let persisted = store.load()?;
         admission::check(&persisted.cluster, &cap).map_err(|e| {
