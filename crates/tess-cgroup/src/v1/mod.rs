@@ -299,7 +299,16 @@ impl Backend for V1 {
     fn remove_cell(&self, name: &str) -> Result<()> {
         let system = self.top(&self.paths.cpuset).join("system");
         self.evacuate_and_remove(&self.cell_dir(&self.paths.cpuset, name), &system)?;
-        self.evacuate_and_remove(&self.cell_dir(&self.paths.cpu, name), &self.paths.cpu)?;
+        let cpu_dir = self.cell_dir(&self.paths.cpu, name);
+        if cpu::rt_bandwidth(&self.fs, &cpu_dir).is_some_and(|b| b.0 > 0) {
+            // A removed group lingers among its parent's children until the kernel frees it,
+            // still counted against the parent's RT bandwidth: release it first, once its tasks
+            // are out (they left real time before, see tessd's thread manager).
+            self.fs
+                .move_all(&cpu_dir.join(PROCS), &self.paths.cpu.join(PROCS))?;
+            self.fs.write(&cpu_dir.join(cpu::RT_RUNTIME_US), "0")?;
+        }
+        self.evacuate_and_remove(&cpu_dir, &self.paths.cpu)?;
         for h in self.optional_hierarchies() {
             self.evacuate_and_remove(&self.cell_dir(h, name), h)?;
         }

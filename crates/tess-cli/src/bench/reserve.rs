@@ -36,6 +36,8 @@ const ANCHOR: &str = "reserve-anchor";
 const HOG_THREADS: usize = 16;
 const BUDGET: Duration = Duration::from_millis(2);
 const PERIOD: Duration = Duration::from_millis(10);
+/// Period of the wake-up probe thread (cost of sharing one server), in milliseconds.
+const PROBE_MS: u64 = 10;
 /// Time the worker gives tessd to place its threads before it measures.
 const SETTLE: Duration = Duration::from_millis(300);
 
@@ -58,12 +60,20 @@ pub struct ShareArgs {
     /// Threads the budget is split between (the program's threads, wrappers included).
     #[arg(long, default_value_t = 1)]
     pub split: u32,
+    /// Add a thread that wakes every this many milliseconds and records how late it runs.
+    #[arg(long)]
+    pub probe_ms: Option<u64>,
 }
 
 #[derive(serde::Deserialize, serde::Serialize, Clone, Copy, Debug)]
 struct Share {
     cpu_s: f64,
     wall_s: f64,
+    /// Wake-up lateness of the probe thread, if any: 99th percentile and maximum, in ms.
+    #[serde(default)]
+    late_p99_ms: Option<f64>,
+    #[serde(default)]
+    late_max_ms: Option<f64>,
 }
 
 impl Share {
@@ -131,6 +141,20 @@ pub fn work(a: ShareArgs) -> anyhow::Result<i32> {
             Ok(())
         }));
     }
+    let probe = a.probe_ms.map(|period_ms| {
+        std::thread::spawn(move || {
+            own()?;
+            let period = period_ms * 1_000_000;
+            let mut late = Vec::new();
+            let mut next = start;
+            while next + period < end {
+                next += period;
+                clock::sleep_until_ns(next);
+                late.push(clock::now_ns().saturating_sub(next));
+            }
+            Ok::<Vec<u64>, anyhow::Error>(late)
+        })
+    });
     own()?;
     clock::sleep_until_ns(start);
     let cpu0 = process_cpu_s();
@@ -140,10 +164,22 @@ pub fn work(a: ShareArgs) -> anyhow::Result<i32> {
         h.join()
             .map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
     }
-    let share = Share {
+    let mut share = Share {
         cpu_s: process_cpu_s() - cpu0,
         wall_s: (clock::now_ns() - t0) as f64 / 1e9,
+        late_p99_ms: None,
+        late_max_ms: None,
     };
+    if let Some(p) = probe {
+        let mut late = p
+            .join()
+            .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
+        late.sort_unstable();
+        if let Some(&max) = late.last() {
+            share.late_p99_ms = Some(late[late.len() * 99 / 100] as f64 / 1e6);
+            share.late_max_ms = Some(max as f64 / 1e6);
+        }
+    }
     println!("{}", serde_json::to_string(&share)?);
     Ok(0)
 }
@@ -171,11 +207,13 @@ fn spawn_shape(
     hart: usize,
     shape: (&str, usize, usize, bool),
     window: Duration,
+    probe_ms: Option<u64>,
 ) -> anyhow::Result<Child> {
     let (_, busy, idle, wrapped) = shape;
     let exe = tess_exe();
     // Threads that share the budget under the split: the worker's, plus timeout and sh.
-    let threads = (busy.max(1) + idle) as u32 + if wrapped { 2 } else { 0 };
+    let threads =
+        (busy.max(1) + idle + usize::from(probe_ms.is_some())) as u32 + if wrapped { 2 } else { 0 };
     let mut worker: Vec<String> = vec![
         exe.clone(),
         "work".into(),
@@ -184,6 +222,9 @@ fn spawn_shape(
         format!("--idle={idle}"),
         format!("--window-ms={}", window.as_millis()),
     ];
+    if let Some(p) = probe_ms {
+        worker.push(format!("--probe-ms={p}"));
+    }
     if mode == Mode::Split {
         worker.push(format!(
             "--deadline-split={}us/{}us",
@@ -263,7 +304,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
     let t0 = Instant::now();
     'all: for shape in SHAPES {
         for mode in [Mode::Tess, Mode::Cfs, Mode::Split] {
-            let child = match spawn_shape(mode, hart, shape, window) {
+            let child = match spawn_shape(mode, hart, shape, window, None) {
                 Ok(ch) => ch,
                 Err(e) => {
                     failure = Some(e);
@@ -275,6 +316,22 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
                 Err(e) => {
                     failure = Some(e);
                     break 'all;
+                }
+            }
+        }
+    }
+    // Cost: a thread that wakes every 10 ms beside a busy thread of the same program.
+    let mut probes: Vec<(Mode, Share)> = Vec::new();
+    if failure.is_none() {
+        for mode in [Mode::Tess, Mode::Split] {
+            let shape = ("probe", 1, 0, false);
+            match spawn_shape(mode, hart, shape, window, Some(PROBE_MS))
+                .and_then(|ch| collect::<Share>(ch, "the probe program"))
+            {
+                Ok(r) => probes.push((mode, r)),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
                 }
             }
         }
@@ -332,6 +389,40 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         );
     }
     r.figure("share_total_max", max);
+    let mut lt = Table::new(
+        format!("Cost: lateness of a thread waking every {PROBE_MS} ms beside a busy thread of the same program (ms)"),
+        &["mechanism", "p99", "max", "program's share"],
+    );
+    for (mode, p) in &probes {
+        let (key, what) = match mode {
+            Mode::Tess => ("group", "tess --reserve (one RT group server, SCHED_RR)"),
+            _ => ("split", "per-thread SCHED_DEADLINE split"),
+        };
+        let (p99, pmax) = (
+            p.late_p99_ms.unwrap_or(f64::NAN),
+            p.late_max_ms.unwrap_or(f64::NAN),
+        );
+        r.figure(format!("wake_late_p99_ms_{key}"), p99);
+        r.figure(format!("wake_late_max_ms_{key}"), pmax);
+        lt.row(&[
+            what.to_string(),
+            format!("{p99:.2}"),
+            format!("{pmax:.2}"),
+            format!("{:.3}", p.fraction()),
+        ]);
+    }
+    if probes.len() == 2 {
+        r.compare(
+            format!("helper wake-up lateness p99 beside a busy thread, ms (hart {hart})"),
+            None,
+            "wake_late_p99_ms_group",
+            Some((
+                "wake_late_p99_ms_split",
+                "per-thread SCHED_DEADLINE split, same hogs",
+            )),
+        );
+    }
+    r.table(lt);
     r.target("share_total_max <= 0.21", max <= 0.21, format!("{max:.3}"));
     r.table(t);
     r.note(format!(
