@@ -216,6 +216,10 @@ impl Engine {
         } else {
             kernel::deadline_capacity(&kpaths)?
         };
+        if backend.group_servers().is_some() {
+            kernel::shorten_rr_timeslice(&kpaths, &store)
+                .context("shortening sched_rr_timeslice_ms for group servers")?;
+        }
         let cap = Capacity {
             harts: managed.clone(),
             utilization_limit: limit,
