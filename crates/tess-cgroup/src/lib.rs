@@ -134,11 +134,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Whether thread `tid` sits in cell `name`'s cpu group, where its RT bandwidth applies.
+    /// Whether thread `tid` sits in cell `name`'s cpu group with RT bandwidth applying to it.
     /// A group server's threads are raised to `SCHED_RR` only there: elsewhere (attachment not
-    /// yet completed) nothing would throttle them.
+    /// yet completed) nothing would throttle them. Without RT group scheduling (v2): never.
     fn in_cpu_group(&self, _name: &str, _tid: i32) -> bool {
-        true
+        false
     }
 
     /// Thread ids in cell `name`.

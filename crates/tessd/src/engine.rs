@@ -823,7 +823,7 @@ impl Engine {
         self.enforcer.backend().attach_process(name, caller.pid, on_cell).map_err(|e| {
             let rt = matches!(tess_sched::attr::get_policy(caller.pid), Ok((tess_sched::Policy::Fifo { .. } | tess_sched::Policy::RoundRobin { .. }, _)));
             let hint = if rt && e.errno() == Some(libc::EINVAL) {
-                " (a SCHED_FIFO/SCHED_RR process can only join a dedicated cell on this kernel: RT group scheduling gives other cells no RT runtime)"
+                " (a SCHED_FIFO/SCHED_RR process can only join a dedicated or an event-triggered cell on this kernel: RT group scheduling gives other cells no RT runtime)"
             } else {
                 ""
             };

@@ -165,8 +165,13 @@ impl ThreadManager {
                     source,
                 })?;
                 n += 1;
-            } else if group::is_group_served(policy) {
-                // Out of real time before the cell's RT bandwidth goes.
+            } else if group::is_group_served(policy)
+                || (matches!(policy, Policy::Fifo { .. } | Policy::RoundRobin { .. })
+                    && backend.in_cpu_group(cell, tid))
+            {
+                // Out of real time before the cell's RT bandwidth goes: tess's own SCHED_RR,
+                // and any thread that raised itself inside a group server (outside the group
+                // nothing would throttle it). Dedicated cells live in the cpu root: untouched.
                 ok_or_gone(attr::set_policy(tid, Policy::OTHER, 0)).map_err(|source| {
                     ThreadError::Sched {
                         cell: cell.into(),
