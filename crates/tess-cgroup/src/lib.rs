@@ -126,6 +126,21 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// `Some(limit)` when a cell's cpu group can serve all its threads from one RT bandwidth
+    /// budget (cgroup v1 with `CONFIG_RT_GROUP_SCHED`): `limit` is the RT bandwidth ratio the
+    /// kernel allows all groups together (`sched_rt_runtime_us / sched_rt_period_us`). cgroup v2
+    /// has no RT group scheduling: `None`, and reservations are split between threads.
+    fn group_servers(&self) -> Option<f64> {
+        None
+    }
+
+    /// Whether thread `tid` sits in cell `name`'s cpu group with RT bandwidth applying to it.
+    /// A group server's threads are raised to `SCHED_RR` only there: elsewhere (attachment not
+    /// yet completed) nothing would throttle them. Without RT group scheduling (v2): never.
+    fn in_cpu_group(&self, _name: &str, _tid: i32) -> bool {
+        false
+    }
+
     /// Thread ids in cell `name`.
     fn threads(&self, name: &str) -> Result<Vec<i32>>;
 

@@ -294,8 +294,15 @@ fn run_confines_programs_and_reserves_cpu() {
         "1",
     ]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
-    // A program with a child and a thread: everything lands in the cell, under SCHED_DEADLINE,
-    // with the budget split, on hart 1.
+    // A program with a child and a thread: everything lands in the cell, on hart 1, under the
+    // reservation: one RT group server on cgroup v1 with RT group scheduling (every thread
+    // SCHED_RR 1), else SCHED_DEADLINE with the budget split.
+    let group = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").exists();
+    let served = if group {
+        "SCHED_RR 1"
+    } else {
+        "SCHED_DEADLINE"
+    };
     let mut prog = Command::new(common::tess_bin())
         .args([
             "run",
@@ -317,7 +324,7 @@ fn run_confines_programs_and_reserves_cpu() {
         if th.len() >= 3
             && th
                 .iter()
-                .all(|t| t["sched"].as_str().unwrap().starts_with("SCHED_DEADLINE"))
+                .all(|t| t["sched"].as_str().unwrap().starts_with(served))
         {
             break th;
         }
@@ -335,13 +342,20 @@ fn run_confines_programs_and_reserves_cpu() {
             "{cg}"
         );
     }
-    // The budget is split three ways.
-    assert!(
-        threads
-            .iter()
-            .all(|t| t["sched"].as_str().unwrap().contains("666666ns/10ms/10ms")),
-        "{threads:?}"
-    );
+    if group {
+        // One server: the cell's cpu group holds the whole budget per hart.
+        let dir = format!("/sys/fs/cgroup/cpu/{}/cells/rt", d.group);
+        assert_eq!(read(format!("{dir}/cpu.rt_runtime_us")), "2000");
+        assert_eq!(read(format!("{dir}/cpu.rt_period_us")), "10000");
+    } else {
+        // The budget is split three ways.
+        assert!(
+            threads
+                .iter()
+                .all(|t| t["sched"].as_str().unwrap().contains("666666ns/10ms/10ms")),
+            "{threads:?}"
+        );
+    }
     let _ = prog.kill();
     let _ = prog.wait();
     let _ = Command::new("pkill").args(["-f", "sleep 30"]).status();
@@ -587,7 +601,10 @@ fn unprivileged_users_get_quotas_and_privacy() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", outcome(&o).1);
     assert!(out.contains("/cells/a1"), "{out}");
-    assert!(out.contains("SCHED_DEADLINE"), "{out}");
+    // Served by the reservation: one RT group server on cgroup v1, SCHED_DEADLINE otherwise.
+    let group = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").exists();
+    let served = if group { "SCHED_RR" } else { "SCHED_DEADLINE" };
+    assert!(out.contains(served), "{out}");
     // Root sees both users' view.
     assert_eq!(d.cells().len(), 1);
 }

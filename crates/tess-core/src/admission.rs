@@ -20,6 +20,20 @@
 //!    `r = (o2 - o1) mod g` satisfies `r < A1` or `r > g - A2`, where `g = gcd(P1, P2)`
 //!    (every difference `k*P2 - j*P1` is a multiple of `g`, Bezout).
 //! 5. **Dedicated harts** belong to one cell, and at least `min_system_harts` harts stay shared.
+//! 6. **Group servers** (cgroup v1 with RT group scheduling, [`Capacity::group_servers`]): an
+//!    event-triggered cell is then served by its cpu cgroup's RT bandwidth `(B_g, P_g)` instead
+//!    of per-thread `SCHED_DEADLINE` (see `docs/architecture.md`, "Reservations belong to
+//!    cells"). Every `SCHED_DEADLINE` thread preempts it, and other group servers at the same
+//!    RT priority may run ahead of it, so it is guaranteed `B_g` in each of its periods when
+//!    `B_g + sum_i W_i(P_g) <= P_g * limit`, with `W_i(t) = min(t, ceil((t + D_i) / T_i) * C_i)`
+//!    the most a server `(C_i, D_i, T_i)` can run in any interval of length `t` (a job runs
+//!    between its release and its deadline, releases are at least `T_i` apart). Best-effort
+//!    cells (CFS) never delay it. The kernel checks RT bandwidth per cgroup, not per hart: the
+//!    sum of `B_g / P_g` over all group servers must stay within the kernel's RT limit
+//!    (`sched_rt_runtime_us / sched_rt_period_us`), whatever harts they sit on.
+//!
+//! Worked example of rule 6: a group server 2ms/10ms beside a time-triggered window
+//! `(3ms, 3ms, 20ms)`: `W(10ms) = min(10, ceil(13/20) * 3) = 3ms`, and 2 + 3 = 5ms <= 9.5ms.
 //!
 //! Worked example of rule 3: a time-triggered cell `(2ms, 2ms, 10ms)` and an event-triggered
 //! cell `(2.4ms, 5ms, 5ms)` use 0.2 + 0.48 = 0.68 of the hart, yet in the first 5 ms both must
@@ -46,6 +60,10 @@ pub struct Capacity {
     pub kernel_reservation_limit: f64,
     /// Harts that must stay shared (not dedicated), for everything outside cells.
     pub min_system_harts: usize,
+    /// `Some(limit)` when event-triggered cells are served by RT group bandwidth (cgroup v1
+    /// with `CONFIG_RT_GROUP_SCHED`, rule 6): `limit` is the kernel's RT bandwidth ratio, which
+    /// bounds the sum of `B / P` over all such cells. `None`: per-thread `SCHED_DEADLINE`.
+    pub group_servers: Option<f64>,
 }
 
 impl Capacity {
@@ -56,6 +74,7 @@ impl Capacity {
             utilization_limit: 0.95,
             kernel_reservation_limit: 0.95,
             min_system_harts: 1,
+            group_servers: None,
         }
     }
 }
@@ -169,6 +188,34 @@ pub enum AdmissionError {
         kind: String,
         /// Why the others cannot.
         detail: String,
+    },
+    /// A group server would not get its budget in every one of its periods (rule 6).
+    #[error("cell '{cell}' on hart {hart} could be denied {} of its {} budget within one {} period: reservations that preempt it can take {} of it ({}), and {:.1}% of each period is the limit", format_duration((*budget + *interference).saturating_sub(Duration::from_secs_f64(period.as_secs_f64() * limit))), format_duration(*budget), format_duration(*period), format_duration(*interference), list_durations(cells), limit * 100.0)]
+    GroupStarved {
+        /// Hart.
+        hart: usize,
+        /// The group-served cell.
+        cell: String,
+        /// Its budget per period.
+        budget: Duration,
+        /// Its period.
+        period: Duration,
+        /// Most the others can run in one such period.
+        interference: Duration,
+        /// Each other cell's part.
+        cells: Vec<(String, Duration)>,
+        /// Fraction of the period available to reservations.
+        limit: f64,
+    },
+    /// The group servers together exceed the kernel's RT bandwidth (rule 6).
+    #[error("RT group bandwidth over-committed by {:.1}%: group-served cells need {:.1}% ({}) and the kernel's RT limit of {:.1}% counts them together, whatever harts they run on", (demand - limit) * 100.0, demand * 100.0, list_shares(cells), limit * 100.0)]
+    GroupLimit {
+        /// Sum of B / P.
+        demand: f64,
+        /// Kernel RT ratio.
+        limit: f64,
+        /// Each cell's share.
+        cells: Vec<(String, f64)>,
     },
     /// A pinned cell would change.
     #[error("cell '{cell}' is pinned: its allocation cannot change (unpin it first with `tess cell unpin {cell}`)")]
@@ -290,6 +337,22 @@ pub fn check(cluster: &Cluster, cap: &Capacity) -> Result<Admitted, AdmissionErr
             needed: cap.min_system_harts,
         });
     }
+    if let Some(limit) = cap.group_servers {
+        let cells: Vec<(String, f64)> = cluster
+            .cells
+            .values()
+            .filter(|c| c.policy().is_event_triggered())
+            .map(|c| (c.name().to_string(), c.policy().utilization()))
+            .collect();
+        let demand = cells.iter().map(|c| c.1).sum::<f64>() + 0.0;
+        if demand > limit + 1e-9 {
+            return Err(AdmissionError::GroupLimit {
+                demand,
+                limit,
+                cells,
+            });
+        }
+    }
     for h in cap.harts.iter() {
         let mut load = HartLoad::default();
         if let Some(owner) = dedicated_owner.get(&h) {
@@ -320,16 +383,26 @@ pub fn check_hart(
     load: &mut HartLoad,
 ) -> Result<(), AdmissionError> {
     let mut servers: Vec<(String, Server)> = Vec::new();
+    let mut offsets: Vec<Option<Duration>> = Vec::new();
     let mut reserved: Vec<(String, f64)> = Vec::new();
+    // Rule 6: cells served by RT group bandwidth, and the deadline servers that preempt them.
+    let mut groups: Vec<(String, Server)> = Vec::new();
+    let mut preempting: Vec<(String, Server)> = Vec::new();
     for cell in cluster.cells_on(hart) {
         let Some(server) = cell.policy().server() else {
             continue;
         };
         load.cells.push((cell.name().into(), server.utilization()));
+        if cap.group_servers.is_some() && cell.policy().is_event_triggered() {
+            groups.push((cell.name().into(), server));
+            continue;
+        }
         if cell.policy().is_reservation() {
             reserved.push((cell.name().into(), server.utilization()));
+            preempting.push((cell.name().into(), server));
         }
         servers.push((cell.name().into(), server));
+        offsets.push(cell.window().map(|w| w.0));
     }
     // `+ 0.0` turns the empty sum's -0.0 into 0.0.
     load.utilization = load.cells.iter().map(|c| c.1).sum::<f64>() + 0.0;
@@ -369,13 +442,50 @@ pub fn check_hart(
             }
         }
     }
-    let offsets: Vec<Option<Duration>> = cluster
-        .cells_on(hart)
-        .filter(|c| c.policy().server().is_some())
-        .map(|c| c.window().map(|w| w.0))
-        .collect();
     demand_bound(hart, &servers, &offsets)?;
+    group_supply(hart, &groups, &preempting, cap.utilization_limit)
+}
+
+/// Rule 6 on one hart: each group server gets its budget in every one of its periods.
+fn group_supply(
+    hart: usize,
+    groups: &[(String, Server)],
+    preempting: &[(String, Server)],
+    limit: f64,
+) -> Result<(), AdmissionError> {
+    for (g, sg) in groups {
+        let p = sg.period.as_nanos();
+        let cells: Vec<(String, Duration)> = preempting
+            .iter()
+            .chain(groups.iter().filter(|(n, _)| n != g))
+            .map(|(n, s)| (n.clone(), Duration::from_nanos(max_work(s, p) as u64)))
+            .collect();
+        let interference: Duration = cells.iter().map(|c| c.1).sum();
+        let supply = (p as f64 * limit).round() as u128;
+        if sg.budget.as_nanos() + interference.as_nanos() > supply {
+            return Err(AdmissionError::GroupStarved {
+                hart,
+                cell: g.clone(),
+                budget: sg.budget,
+                period: sg.period,
+                interference,
+                cells,
+                limit,
+            });
+        }
+    }
     Ok(())
+}
+
+/// `W(t) = min(t, ceil((t + D) / T) * C)`: the most server `s` can run in any interval of length
+/// `t` (ns): only jobs released less than `D` before the interval or within it run in it.
+fn max_work(s: &Server, t: u128) -> u128 {
+    let (c, d, p) = (
+        s.budget.as_nanos(),
+        s.deadline.as_nanos(),
+        s.period.as_nanos(),
+    );
+    ((t + d).div_ceil(p) * c).min(t)
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -740,6 +850,71 @@ mod tests {
             cell("a", et(10.0, 8.9), "1"),
             cell("b", Policy::BestEffort { weight: 100 }, "1"),
         ]);
+        assert!(check(&c, &cap).is_ok());
+    }
+
+    #[test]
+    fn group_servers_leave_the_deadline_limit_but_must_get_their_budget() {
+        let mut cap = cap();
+        cap.kernel_reservation_limit = 0.90;
+        cap.group_servers = Some(0.95);
+        // Served by RT group bandwidth, so the SCHED_DEADLINE limit does not count it.
+        let c = cluster(vec![cell("a", et(10.0, 9.2), "1")]);
+        assert!(check(&c, &cap).is_ok());
+        // Worked example of rule 6: 2 + W(10ms) = 2 + 3 <= 9.5.
+        let c = cluster(vec![
+            cell("g", et(10.0, 2.0), "1"),
+            cell("w", tt(20.0, 3.0, 0.0), "1"),
+        ]);
+        assert!(check(&c, &cap).is_ok());
+        // A 5ms-period server beside it can run twice (carry-in) in one 10ms period:
+        // 2 + 3 + W(10ms) = 2 + 3 + ceil(15/5) * 1.5 = 9.5 fits; 1.6 each does not.
+        let c = cluster(vec![
+            cell("g", et(10.0, 2.0), "1"),
+            cell("w", tt(20.0, 3.0, 0.0), "1"),
+            cell("h", tt(5.0, 1.5, 3.0), "1"),
+        ]);
+        assert!(check(&c, &cap).is_ok(), "{:?}", check(&c, &cap));
+        let mut d = cluster(vec![
+            cell("g", et(10.0, 2.0), "1"),
+            cell("w", tt(20.0, 3.0, 0.0), "1"),
+            cell("h", tt(5.0, 1.6, 3.0), "1"),
+        ]);
+        let e = check(&d, &cap).unwrap_err();
+        match &e {
+            AdmissionError::GroupStarved {
+                hart: 1,
+                cell,
+                interference,
+                ..
+            } => {
+                assert_eq!(cell, "g");
+                let want = ms(3.0).as_nanos() + 3 * ms(1.6).as_nanos();
+                assert_eq!(interference.as_nanos(), want);
+            }
+            other => panic!("{other}"),
+        }
+        assert!(e.to_string().contains("hart 1"), "{e}");
+        // Without group servers the same cells are a plain EDF set, which fits.
+        cap.group_servers = None;
+        d.cells.get_mut("h").unwrap().spec.policy = tt(5.0, 1.5, 3.0);
+        assert!(check(&d, &cap).is_ok());
+    }
+
+    #[test]
+    fn group_servers_share_one_kernel_rt_limit_across_harts() {
+        let mut cap = cap();
+        cap.group_servers = Some(0.5);
+        let c = cluster(vec![
+            cell("a", et(10.0, 3.0), "0"),
+            cell("b", et(10.0, 3.0), "1"),
+        ]);
+        let e = check(&c, &cap).unwrap_err();
+        assert!(
+            matches!(e, AdmissionError::GroupLimit { demand, .. } if (demand - 0.6).abs() < 1e-9),
+            "{e}"
+        );
+        cap.group_servers = Some(0.6);
         assert!(check(&c, &cap).is_ok());
     }
 

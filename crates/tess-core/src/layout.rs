@@ -7,7 +7,10 @@
 //! | per-hart muxer (EDF+CBS)  | a per-hart root domain (a load-balanced cpuset of that one hart), |
 //! |                           | so `SCHED_DEADLINE` threads can be pinned to it (partitioned EDF) |
 //! | time-triggered window     | `SCHED_DEADLINE (A, A, P)` released on the window grid           |
-//! | event-triggered CBS       | `SCHED_DEADLINE (B, P, P)`                                        |
+//! | event-triggered CBS       | `SCHED_DEADLINE (B, P, P)` split between the threads, or (cgroup |
+//! |                           | v1) one RT group server: the cell's cpu cgroup gets             |
+//! |                           | `cpu.rt_runtime_us = B`, `cpu.rt_period_us = P` per hart and its |
+//! |                           | threads run `SCHED_RR` ([`CellLayout::group_server`])             |
 //! | best-effort               | CFS with `cpu.weight`; its 5 ms / 100 ms minimum is admitted      |
 //! | memory / pids limits      | memory and pids controllers                                      |
 //!
@@ -115,6 +118,10 @@ pub struct CellLayout {
     pub pids_max: Option<u64>,
     /// Keep the cell's harts busy when idle ([`crate::spec::IdleMode::Spin`]).
     pub idle_spin: bool,
+    /// The reservation is one server for all the cell's threads (RT group bandwidth of the
+    /// cell's cpu cgroup, its threads under `SCHED_RR`), not split between them
+    /// ([`Reservation::per_thread`]). Event-triggered cells where the backend offers it.
+    pub group_server: bool,
 }
 
 /// The whole plan.
@@ -157,8 +164,21 @@ pub fn cfs_limit(quota: Duration, period: Duration) -> (Duration, Duration) {
     (quota * k, period * k)
 }
 
-/// Computes the layout of `cluster` over `managed` harts out of `all` online harts.
+/// Computes the layout of `cluster` over `managed` harts out of `all` online harts, every
+/// reservation split between threads.
 pub fn plan(cluster: &Cluster, all: &HartSet, managed: &HartSet, mode: DomainMode) -> Layout {
+    plan_with(cluster, all, managed, mode, false)
+}
+
+/// [`plan`], with event-triggered cells served by one group server each when `group_servers`
+/// (cgroup v1 with RT group scheduling).
+pub fn plan_with(
+    cluster: &Cluster,
+    all: &HartSet,
+    managed: &HartSet,
+    mode: DomainMode,
+    group_servers: bool,
+) -> Layout {
     let dedicated = cluster.dedicated_harts();
     let reserved = cluster.reserved_harts();
     let shared = managed.difference(&dedicated);
@@ -197,6 +217,7 @@ pub fn plan(cluster: &Cluster, all: &HartSet, managed: &HartSet, mode: DomainMod
             memory_max: cell.spec.memory_max,
             pids_max: cell.spec.pids_max,
             idle_spin: cell.spec.idle_mode() == crate::spec::IdleMode::Spin,
+            group_server: group_servers && policy.is_event_triggered(),
         };
         match *policy {
             Policy::TimeTriggered { period, active, .. } => {

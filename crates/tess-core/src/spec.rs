@@ -137,7 +137,13 @@ impl Policy {
         self.server().map_or(1.0, |s| s.utilization())
     }
 
-    /// Whether the kernel enforces a `SCHED_DEADLINE` reservation for this policy.
+    /// Whether this is an event-triggered reservation (a sporadic server).
+    pub fn is_event_triggered(&self) -> bool {
+        matches!(self, Policy::EventTriggered { .. })
+    }
+
+    /// Whether the kernel enforces a reservation for this policy (`SCHED_DEADLINE`, or RT group
+    /// bandwidth for event-triggered cells on cgroup v1).
     pub fn is_reservation(&self) -> bool {
         matches!(
             self,

@@ -122,13 +122,22 @@ fn deadline_budget() -> Option<u64> {
     }
 }
 
-/// Waits until tessd has made this thread a deadline thread (reserved cells). The thread keeps
+/// Whether tessd has placed this thread under its cell's reservation: a deadline thread, or
+/// (event-triggered cells on cgroup v1, one RT group server for the whole cell) `SCHED_RR`.
+fn placed() -> bool {
+    matches!(
+        attr::get_policy(0),
+        Ok((Policy::Deadline { .. } | Policy::RoundRobin { .. }, _))
+    )
+}
+
+/// Waits until tessd has placed this thread under its cell's reservation. The thread keeps
 /// running (`sched_yield`) rather than sleeping: tessd moves it to its hart with an affinity
 /// change, and the kernel accepts the promotion only once the thread is on that hart, which a
 /// sleeping thread reaches only when it wakes.
 fn wait_placed(shared: &Shared) {
     let give_up = clock::now_ns() + clock::ns(shared.placement_timeout);
-    while deadline_budget().is_none() {
+    while !placed() {
         if clock::now_ns() > give_up {
             eprintln!(
                 "tess-runtime: virtual hart {} was not placed under its cell's reservation by tessd within {:?}; running without it",

@@ -10,7 +10,7 @@ use crate::store::Store;
 use crate::threads::{SyncReport, ThreadManager};
 use anyhow::{Context, Result};
 use tess_cgroup::Backend;
-use tess_core::layout::{plan, CellClass, Layout};
+use tess_core::layout::{plan_with, CellClass, Layout};
 use tess_core::state::Cluster;
 use tess_sched::HartSet;
 
@@ -79,11 +79,12 @@ impl Enforcer {
 
     /// The layout of `cluster` on this machine.
     pub fn plan(&self, cluster: &Cluster) -> Layout {
-        plan(
+        plan_with(
             cluster,
             &self.all,
             &self.managed,
             self.backend.domain_mode(),
+            self.backend.group_servers().is_some(),
         )
     }
 
@@ -160,7 +161,7 @@ impl Enforcer {
         for (name, cl) in &to.cells {
             if cl.class == CellClass::Reserved {
                 let r = self.threads.sync(b, name, cl).with_context(|| {
-                    format!("placing the threads of cell {name} under SCHED_DEADLINE")
+                    format!("placing the threads of cell {name} under its reservation")
                 })?;
                 if r.rephase {
                     rephase.push(name.clone());

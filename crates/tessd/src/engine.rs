@@ -216,11 +216,16 @@ impl Engine {
         } else {
             kernel::deadline_capacity(&kpaths)?
         };
+        if backend.group_servers().is_some() {
+            kernel::shorten_rr_timeslice(&kpaths, &store)
+                .context("shortening sched_rr_timeslice_ms for group servers")?;
+        }
         let cap = Capacity {
             harts: managed.clone(),
             utilization_limit: limit,
             kernel_reservation_limit: kernel_cap.min(limit),
             min_system_harts: config.system_harts,
+            group_servers: backend.group_servers(),
         };
         let persisted = store.load()?;
         admission::check(&persisted.cluster, &cap).map_err(|e| {
@@ -818,7 +823,7 @@ impl Engine {
         self.enforcer.backend().attach_process(name, caller.pid, on_cell).map_err(|e| {
             let rt = matches!(tess_sched::attr::get_policy(caller.pid), Ok((tess_sched::Policy::Fifo { .. } | tess_sched::Policy::RoundRobin { .. }, _)));
             let hint = if rt && e.errno() == Some(libc::EINVAL) {
-                " (a SCHED_FIFO/SCHED_RR process can only join a dedicated cell on this kernel: RT group scheduling gives other cells no RT runtime)"
+                " (a SCHED_FIFO/SCHED_RR process can only join a dedicated or an event-triggered cell on this kernel: RT group scheduling gives other cells no RT runtime)"
             } else {
                 ""
             };

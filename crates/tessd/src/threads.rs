@@ -20,11 +20,19 @@
 //! thread, by contrast, are accounted at once. So a thread is first shrunk in place to
 //! [`VANISHING`] (2 us per second) and only then demoted: whatever leaks is negligible.
 //!
+//! Event-triggered cells on cgroup v1 are not split: one RT group server serves all their
+//! threads ([`group`]). Time-triggered cells keep per-thread windows, which gang-aligned windows
+//! need.
+//!
 //! Time-triggered threads join `SCHED_DEADLINE` at a window start on the `CLOCK_MONOTONIC` grid
 //! `k * P + offset`: a thread that stays runnable then runs exactly in its window every period
 //! (the replenishment timer fires at each period boundary); one that blocks keeps the phase as
 //! long as it wakes within the next period (the kernel's revised wake-up rule for constrained
 //! deadlines). The cell runtime keeps the phase for programs that sleep longer.
+
+mod group;
+
+pub use group::{GROUP_POLICY, GROUP_PRIORITY};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -157,6 +165,20 @@ impl ThreadManager {
                     source,
                 })?;
                 n += 1;
+            } else if group::is_group_served(policy)
+                || (matches!(policy, Policy::Fifo { .. } | Policy::RoundRobin { .. })
+                    && backend.in_cpu_group(cell, tid))
+            {
+                // Out of real time before the cell's RT bandwidth goes: tess's own SCHED_RR,
+                // and any thread that raised itself inside a group server (outside the group
+                // nothing would throttle it). Dedicated cells live in the cpu root: untouched.
+                ok_or_gone(attr::set_policy(tid, Policy::OTHER, 0)).map_err(|source| {
+                    ThreadError::Sched {
+                        cell: cell.into(),
+                        source,
+                    }
+                })?;
+                n += 1;
             }
             if !cpus.is_empty() {
                 let _ = affinity::set_affinity(tid, cpus);
@@ -206,6 +228,9 @@ impl ThreadManager {
         let Some(res) = layout.reservation else {
             return Ok(SyncReport::default());
         };
+        if layout.group_server {
+            return self.sync_group(backend, cell, layout);
+        }
         let slots = &layout.thread_slots;
         let mut tids = backend.threads(cell)?;
         tids.sort_unstable();

@@ -7,7 +7,11 @@
 //! <cpuset>/tess/domains/<harts>/ empty anchors, load balancing on: each is one root domain
 //! <cpuset>/tess/cells/<name>/    one per cell, load balancing off
 //! <cpu>/tess/cells/<name>/       best-effort and reserved cells (dedicated cells stay in the
-//!                                cpu root so that SCHED_FIFO works under RT group scheduling)
+//!                                cpu root so that SCHED_FIFO works under RT group scheduling);
+//!                                group servers get cpu.rt_runtime_us / cpu.rt_period_us = B / P,
+//!                                every other cell 0 (no RT threads)
+//! <cpu>/tess/, <cpu>/tess/cells/ cpu.rt_runtime_us per second = the sum of the group servers'
+//!                                B / P (the kernel's check: children within their parent)
 //! <memory>/tess/cells/<name>/    memory.limit_in_bytes
 //! <pids>/tess/cells/<name>/      pids.max
 //! ```
@@ -124,6 +128,49 @@ impl V1 {
         self.fs.rmdir(dir)
     }
 
+    /// RT bandwidth of cell `cl` in microseconds `(runtime, period)`: its reservation for a group
+    /// server, nothing otherwise.
+    fn rt_target(cl: Option<&CellLayout>) -> Option<(u64, u64)> {
+        let cl = cl.filter(|c| c.group_server)?;
+        let r = cl.reservation?;
+        Some((r.runtime.as_micros() as u64, r.period.as_micros() as u64))
+    }
+
+    /// Lowers every cell group's RT bandwidth towards the layout's, then sets the parents to the
+    /// sum the layout needs (children before parents when shrinking, parents first when
+    /// growing), so that [`Backend::apply_cell`] can grow each cell within them.
+    fn apply_rt_parents(&self, layout: &Layout) -> Result<()> {
+        let cells_dir = self.top(&self.paths.cpu).join("cells");
+        for name in self.fs.children(&cells_dir) {
+            if name == SPINNER_GROUP {
+                continue;
+            }
+            let dir = cells_dir.join(&name);
+            let cur_period = cpu::rt_bandwidth(&self.fs, &dir).map_or(0, |b| b.1);
+            let (runtime, period) =
+                Self::rt_target(layout.cells.get(&name)).unwrap_or((0, cur_period));
+            cpu::shrink_rt(&self.fs, &dir, runtime, period)?;
+        }
+        // Per second, rounded up per cell so that the parents always cover their children.
+        let need_us: u64 = layout
+            .cells
+            .values()
+            .filter_map(|c| Self::rt_target(Some(c)))
+            .map(|(r, p)| (r * 1_000_000).div_ceil(p.max(1)))
+            .sum();
+        let top = self.top(&self.paths.cpu);
+        let cur = cpu::rt_bandwidth(&self.fs, &top).map_or(0, |b| b.0.max(0) as u64);
+        let order = if need_us > cur {
+            [top.clone(), cells_dir]
+        } else {
+            [cells_dir, top.clone()]
+        };
+        for dir in order {
+            cpu::grow_rt(&self.fs, &dir, need_us, 1_000_000)?;
+        }
+        Ok(())
+    }
+
     fn optional_hierarchies(&self) -> Vec<&Path> {
         [self.paths.memory.as_deref(), self.paths.pids.as_deref()]
             .into_iter()
@@ -182,6 +229,9 @@ impl Backend for V1 {
     }
 
     fn apply_topology(&self, layout: &Layout) -> Result<()> {
+        if self.group_servers().is_some() {
+            self.apply_rt_parents(layout)?;
+        }
         let top = self.top(&self.paths.cpuset);
         // The root must not balance, or it would form one domain over everything.
         cpuset::set_load_balance(&self.fs, &self.paths.cpuset, false)?;
@@ -212,6 +262,9 @@ impl Backend for V1 {
             let new = self.fs.mkdir(&cpu_dir)?;
             cpu::set_weight(&self.fs, &cpu_dir, cell.cpu_weight.unwrap_or(100))?;
             cpu::set_bandwidth(&self.fs, &cpu_dir, cell.cfs_limit)?;
+            if let Some((runtime, period)) = Self::rt_target(Some(cell)) {
+                cpu::grow_rt(&self.fs, &cpu_dir, runtime, period)?;
+            }
             if new {
                 // Processes attached while the cell was dedicated sit in the cpu root.
                 for pid in self
@@ -246,7 +299,16 @@ impl Backend for V1 {
     fn remove_cell(&self, name: &str) -> Result<()> {
         let system = self.top(&self.paths.cpuset).join("system");
         self.evacuate_and_remove(&self.cell_dir(&self.paths.cpuset, name), &system)?;
-        self.evacuate_and_remove(&self.cell_dir(&self.paths.cpu, name), &self.paths.cpu)?;
+        let cpu_dir = self.cell_dir(&self.paths.cpu, name);
+        if cpu::rt_bandwidth(&self.fs, &cpu_dir).is_some_and(|b| b.0 > 0) {
+            // A removed group lingers among its parent's children until the kernel frees it,
+            // still counted against the parent's RT bandwidth: release it first, once its tasks
+            // are out (they left real time before, see tessd's thread manager).
+            self.fs
+                .move_all(&cpu_dir.join(PROCS), &self.paths.cpu.join(PROCS))?;
+            self.fs.write(&cpu_dir.join(cpu::RT_RUNTIME_US), "0")?;
+        }
+        self.evacuate_and_remove(&cpu_dir, &self.paths.cpu)?;
         for h in self.optional_hierarchies() {
             self.evacuate_and_remove(&self.cell_dir(h, name), h)?;
         }
@@ -321,6 +383,19 @@ impl Backend for V1 {
             }
         }
         Ok(moved)
+    }
+
+    fn group_servers(&self) -> Option<f64> {
+        let (runtime, period) = cpu::rt_bandwidth(&self.fs, &self.paths.cpu)?;
+        if runtime < 0 {
+            return Some(1.0);
+        }
+        Some(runtime as f64 / period.max(1) as f64)
+    }
+
+    fn in_cpu_group(&self, name: &str, tid: i32) -> bool {
+        crate::proc_cgroup_path(tid, Some("cpu"))
+            .is_some_and(|p| p == format!("/{}/cells/{name}", self.group))
     }
 
     fn threads(&self, name: &str) -> Result<Vec<i32>> {

@@ -230,3 +230,64 @@ fn dedicated_to_best_effort_gains_a_cpu_group() {
     assert_eq!(cl.class, tess_core::layout::CellClass::Shared);
     assert_eq!(read(f.root.join("cpu/tess/cells/x/cgroup.procs")), "77");
 }
+
+fn apply_groups(f: &Fake, c: &Cluster) -> Layout {
+    let all = HartSet::first_n(4);
+    let groups = f.backend.group_servers().is_some();
+    let layout = tess_core::layout::plan_with(c, &all, &all, DomainMode::PerHart, groups);
+    f.backend.init(&all).unwrap();
+    f.backend.apply_topology(&layout).unwrap();
+    for (name, cl) in &layout.cells {
+        f.backend.apply_cell(name, cl, &layout).unwrap();
+    }
+    layout
+}
+
+#[test]
+fn event_triggered_cells_get_rt_group_bandwidth_within_their_parents() {
+    let f = fake();
+    // Without RT group scheduling (no cpu.rt_* files) there are no group servers.
+    assert_eq!(f.backend.group_servers(), None);
+    std::fs::write(f.root.join("cpu/cpu.rt_runtime_us"), "950000\n").unwrap();
+    std::fs::write(f.root.join("cpu/cpu.rt_period_us"), "1000000\n").unwrap();
+    assert_eq!(f.backend.group_servers(), Some(0.95));
+    let ms = Duration::from_millis;
+    let et = |budget, period| Policy::EventTriggered {
+        period: ms(period),
+        budget: ms(budget),
+    };
+    let tt = Policy::TimeTriggered {
+        period: ms(20),
+        active: ms(3),
+        offset: Some(ms(5)),
+    };
+    let c = cluster(&[
+        ("ctl", et(2, 10), "2"),
+        ("io", et(1, 4), "1"),
+        ("win", tt, "2"),
+    ]);
+    let layout = apply_groups(&f, &c);
+    assert!(layout.cells["ctl"].group_server);
+    assert!(!layout.cells["win"].group_server);
+    let cpu = f.root.join("cpu/tess");
+    let rt = |dir: &str| {
+        (
+            read(cpu.join(dir).join("cpu.rt_runtime_us")),
+            read(cpu.join(dir).join("cpu.rt_period_us")),
+        )
+    };
+    assert_eq!(rt("cells/ctl"), ("2000".into(), "10000".into()));
+    assert_eq!(rt("cells/io"), ("1000".into(), "4000".into()));
+    // Time-triggered cells keep per-thread SCHED_DEADLINE: no RT bandwidth.
+    assert!(!cpu.join("cells/win/cpu.rt_runtime_us").exists());
+    // Parents: 0.2 + 0.25 of a second.
+    assert_eq!(rt(""), ("450000".into(), "1000000".into()));
+    assert_eq!(rt("cells"), ("450000".into(), "1000000".into()));
+    // ctl goes (its group lingers until removed), io changes period: shrink, then grow.
+    let c = cluster(&[("io", et(1, 5), "1")]);
+    apply_groups(&f, &c);
+    assert_eq!(rt("cells/ctl").0, "0");
+    assert_eq!(rt("cells/io"), ("1000".into(), "5000".into()));
+    assert_eq!(rt(""), ("200000".into(), "1000000".into()));
+    assert_eq!(rt("cells"), ("200000".into(), "1000000".into()));
+}

@@ -6,6 +6,7 @@ mod isolation;
 mod music;
 mod mux;
 mod net;
+mod reserve;
 mod support;
 mod update;
 pub mod work;
@@ -59,6 +60,11 @@ enum Which {
     /// The network service's guarantees (seed 000 section 4.2, Fig. 8): the music pair through
     /// the service beside an abusive streaming client, without and with reservations.
     Net(net::NetArgs),
+    /// A reservation belongs to the program (issue 11 part 7, seed 002 `qres_wrap`): the CPU
+    /// share of `tess run --reserve 2ms/10ms` for a busy thread beside idle ones, four busy
+    /// threads and a wrapped busy loop, beside 16 CFS hogs, against plain CFS and the
+    /// per-thread SCHED_DEADLINE split.
+    Reserve(Common),
 }
 
 /// `tess bench channel`.
@@ -101,6 +107,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
             (c.clone(), tess_runtime::bench::run(&o)?)
         }
         Which::Net(a) => (a.common.clone(), net::run(&a)?),
+        Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
     };
     if common.json {
         println!("{}", report.render_json());

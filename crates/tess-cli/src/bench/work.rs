@@ -23,6 +23,9 @@ pub enum WorkCmd {
     /// Spin as SCHED_IDLE until killed: uses only time nothing else wants, so that a hart never
     /// idles (an idle vCPU is descheduled by the hypervisor and runs slower when it resumes).
     Filler,
+    /// Busy and idle threads measuring the CPU share the whole process receives (`tess bench
+    /// reserve`); prints JSON.
+    Share(super::reserve::ShareArgs),
 }
 
 /// `spin`.
@@ -242,6 +245,7 @@ pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
                 std::hint::black_box(x);
             }
         }
+        WorkCmd::Share(a) => super::reserve::work(a),
         WorkCmd::Idle => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },

@@ -5,6 +5,10 @@
 //! program (`execvp`). Every thread and child the program creates starts in the cell. With
 //! `--reserve BUDGET/PERIOD` the cell is a fresh event-triggered one that tessd removes when the
 //! program and all its children have exited: the `qres_wrap` of AQuoSA.
+//!
+//! Like `qres_wrap`, the reservation belongs to the program, not to each of its threads: on
+//! cgroup v1 (with RT group scheduling) all its threads draw on one budget, whichever of them is
+//! runnable. On cgroup v2 the budget is split evenly between the threads on each hart.
 
 use super::usage;
 use clap::Args;
@@ -15,7 +19,7 @@ use tess_proto::{Body, Client, Request};
 /// Run a program in a cell.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
+    after_help = "A --reserve BUDGET/PERIOD reservation serves the whole program, like qres_wrap: on cgroup v1\n(RT group scheduling) its threads run SCHED_RR in the cell's cpu cgroup and share one budget of\nBUDGET per PERIOD on each hart, whichever thread needs it (idle helpers, a shell wrapper or a\nthread pool take nothing from it). On cgroup v2 there is no RT group scheduling: the budget is\nsplit evenly between the program's threads on each hart (SCHED_DEADLINE), so a thread that\nsleeps leaves its share unused.\n\nExamples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
 )]
 pub struct RunArgs {
     /// Existing cell to run in.
@@ -29,9 +33,17 @@ pub struct RunArgs {
     /// Run in a new event-triggered reservation BUDGET/PERIOD, removed when the program exits.
     #[arg(long, value_name = "BUDGET/PERIOD")]
     pub reserve: Option<String>,
-    /// Harts for --reserve (default 1).
-    #[arg(long, value_name = "N", requires = "reserve")]
+    /// Harts for --reserve (default 1); the budget is per hart.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "reserve",
+        conflicts_with = "hart_ids"
+    )]
     pub harts: Option<usize>,
+    /// Exactly these harts for --reserve (e.g. 1 or 2-3).
+    #[arg(long, value_name = "LIST", requires = "reserve")]
+    pub hart_ids: Option<tess_sched::HartSet>,
     /// Print the cell the program runs in on standard error.
     #[arg(long, short)]
     pub verbose: bool,
@@ -53,7 +65,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<i32> {
             Ok((budget, period)) => Request::Reserve {
                 budget,
                 period,
-                harts: a.harts.map(HartRequest::Count),
+                harts: match &a.hart_ids {
+                    Some(ids) => Some(HartRequest::Ids(ids.clone())),
+                    None => a.harts.map(HartRequest::Count),
+                },
             },
             Err(e) => return usage(format!("--reserve: {e}")),
         },
