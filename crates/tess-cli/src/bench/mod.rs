@@ -6,6 +6,7 @@ mod isolation;
 mod music;
 mod mux;
 mod net;
+mod rtapp;
 mod support;
 mod update;
 pub mod work;
@@ -59,6 +60,9 @@ enum Which {
     /// The network service's guarantees (seed 000 section 4.2, Fig. 8): the music pair through
     /// the service beside an abusive streaming client, without and with reservations.
     Net(net::NetArgs),
+    /// Activation jitter of periodic rt-app tasks beside CPU hogs (seed 002, AQuoSA's RTApp):
+    /// each task under `tess run --reserve`, against plain CFS and `chrt -f`.
+    Rtapp(rtapp::RtappArgs),
 }
 
 /// `tess bench channel`.
@@ -101,6 +105,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
             (c.clone(), tess_runtime::bench::run(&o)?)
         }
         Which::Net(a) => (a.common.clone(), net::run(&a)?),
+        Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
     };
     if common.json {
         println!("{}", report.render_json());
