@@ -16,14 +16,17 @@
 //! - (c) the best plain-Linux configuration: the probe pinned to `H` (`taskset`) at
 //!   `SCHED_FIFO` 99, the load still floating over all harts (it is CFS, FIFO beats it), with the
 //!   cell's preparation: memory locked, the same warm-up, and a `SCHED_IDLE` spinner pinned to
-//!   `H` (`tess work filler`) when the cell's hart spins, as a dedicated cell's does by default.
+//!   `H` (`tess work filler`) when the cell's hart spins.
 //! - (b) the dedicated cell: tessd gives `H` to a dedicated cell (so the load, in the system
 //!   group, loses `H`: the load runs on every hart the cell does not own), and the probe runs in
 //!   it as plain `SCHED_OTHER` with the same memory locking and warm-up; tessd's idle spinner
 //!   (`tessd __spin-idle H`) keeps the hart busy when the probe sleeps.
 //!
-//! The CPU time each spinner burns while its probe runs is measured from the kernel's
-//! per-thread accounting and shown as a fraction of a hart.
+//! Because spinning is a per-cell choice (`idle = spin | halt`) with a cost, (b) and (c) each run
+//! twice, with a spinner and without, so one run shows the trade-off: the CPU time each spinner
+//! burns while its probe runs (the kernel's per-thread accounting, as a fraction of a hart)
+//! beside the latency it buys. The figures without a mode in their name are those of a
+//! dedicated cell's default mode and the baseline with the same preparation.
 
 use super::support::{collect, pick_hart, spawn_work, stop, us, Session};
 use super::Common;
@@ -126,14 +129,29 @@ fn allowed(pid: u32) -> HartSet {
     all
 }
 
+/// One measured scenario of the prepared pair (cell or FIFO baseline) in one idle mode.
+struct Run {
+    lat: Summary,
+    spin: Option<SpinCost>,
+}
+
 struct Outcome {
     plain: Summary,
-    fifo: Summary,
-    cell: Summary,
-    fifo_spin: Option<SpinCost>,
-    cell_spin: Option<SpinCost>,
+    /// FIFO baseline with a spinner (`Spin`) and without (`Halt`), in that order.
+    fifo: [Run; 2],
+    /// Dedicated cell with `idle = spin` and `idle = halt`, in that order.
+    cell: [Run; 2],
     load_plain: HartSet,
     load_cell: HartSet,
+}
+
+const MODES: [IdleMode; 2] = [IdleMode::Spin, IdleMode::Halt];
+
+fn mode_name(m: IdleMode) -> &'static str {
+    match m {
+        IdleMode::Spin => "spin",
+        IdleMode::Halt => "halt",
+    }
 }
 
 /// Runs the benchmark.
@@ -146,16 +164,18 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         status.dedicated.is_empty() || !status.dedicated.contains(hart),
         "hart {hart} is already dedicated to a cell; pick another with --hart"
     );
-    let spec = CellSpec {
+    let spec = |idle: Option<IdleMode>| CellSpec {
         name: CELL.into(),
         policy: Policy::Dedicated,
         harts: HartRequest::Ids(HartSet::single(hart)),
         memory_max: None,
         pids_max: None,
         pinned: false,
-        idle: None,
+        idle,
     };
-    let cell_spins = spec.idle_mode() == IdleMode::Spin;
+    // The figures without a mode in their name follow a dedicated cell's default.
+    let default_mode = spec(None).idle_mode();
+    let di = MODES.iter().position(|m| *m == default_mode).unwrap_or(0);
 
     let floor = probe::noise_floor(hart, count)?;
     let load = spawn_work(
@@ -171,48 +191,63 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
             "the SCHED_OTHER probe",
         )?;
 
-        // (c): the careful user's setup, with the cell's preparation.
-        float(load.id(), &status.harts);
-        let filler = if cell_spins {
-            let f = spawn_work(None, &["filler".into()])?;
-            tess_sched::affinity::set_affinity(f.id() as i32, &HartSet::single(hart))?;
-            Some(f)
-        } else {
-            None
-        };
-        let res = measured(filler.as_ref().map(|f| f.id() as i32), || {
-            collect(
-                spawn_work(None, &probe_args(count, "fifo99", Some(hart), true))?,
-                "the SCHED_FIFO probe",
-            )
-        });
-        if let Some(f) = filler {
-            stop(f);
+        // (c): the careful user's setup, with the cell's preparation in each idle mode.
+        let mut fifo = Vec::new();
+        for mode in MODES {
+            float(load.id(), &status.harts);
+            let filler = if mode == IdleMode::Spin {
+                let f = spawn_work(None, &["filler".into()])?;
+                tess_sched::affinity::set_affinity(f.id() as i32, &HartSet::single(hart))?;
+                Some(f)
+            } else {
+                None
+            };
+            let res = measured(filler.as_ref().map(|f| f.id() as i32), || {
+                collect(
+                    spawn_work(None, &probe_args(count, "fifo99", Some(hart), true))?,
+                    "the SCHED_FIFO probe",
+                )
+            });
+            if let Some(f) = filler {
+                stop(f);
+            }
+            let (lat, spin) = res?;
+            fifo.push(Run { lat, spin });
         }
-        let (fifo, fifo_spin): (Summary, _) = res?;
 
         // (b): the dedicated cell; tessd takes the hart from the system group (and the load).
-        s.apply(vec![spec.clone()])?;
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let load_cell = allowed(load.id());
-        let spinner = if cell_spins {
-            tessd_spinner(hart)
-        } else {
-            None
+        let mut cell = Vec::new();
+        let mut load_cell = HartSet::default();
+        for mode in MODES {
+            s.apply(vec![spec(Some(mode))])?;
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            load_cell = allowed(load.id());
+            let spinner = if mode == IdleMode::Spin {
+                Some(tessd_spinner(hart).ok_or_else(|| {
+                    anyhow::anyhow!("no tessd spinner on hart {hart} in a spinning cell")
+                })?)
+            } else {
+                None
+            };
+            let (lat, spin) = measured(spinner, || {
+                collect(
+                    spawn_work(Some(CELL), &probe_args(count, "other", None, true))?,
+                    "the probe in the dedicated cell",
+                )
+            })?;
+            s.delete(&[CELL]);
+            cell.push(Run { lat, spin });
+        }
+        let two = |v: Vec<Run>| -> [Run; 2] {
+            let mut it = v.into_iter();
+            let a = it.next().expect("two runs");
+            let b = it.next().expect("two runs");
+            [a, b]
         };
-        let (cell, cell_spin): (Summary, _) = measured(spinner, || {
-            collect(
-                spawn_work(Some(CELL), &probe_args(count, "other", None, true))?,
-                "the probe in the dedicated cell",
-            )
-        })?;
-        s.delete(&[CELL]);
         Ok(Outcome {
             plain,
-            fifo,
-            cell,
-            fifo_spin,
-            cell_spin,
+            fifo: two(fifo),
+            cell: two(cell),
             load_plain,
             load_cell,
         })
@@ -256,36 +291,56 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         &o.plain,
         "-".into(),
     );
-    row(
-        &mut t,
-        "(b) SCHED_OTHER, dedicated cell",
-        &o.cell,
-        spin(&o.cell_spin),
-    );
-    row(
-        &mut t,
-        "(c) SCHED_FIFO 99 pinned, plain Linux, cell's preparation",
-        &o.fifo,
-        spin(&o.fifo_spin),
-    );
+    for (i, m) in MODES.iter().enumerate() {
+        row(
+            &mut t,
+            &format!("(b) SCHED_OTHER, dedicated cell, idle = {}", mode_name(*m)),
+            &o.cell[i].lat,
+            spin(&o.cell[i].spin),
+        );
+    }
+    for (i, m) in MODES.iter().enumerate() {
+        row(
+            &mut t,
+            &format!(
+                "(c) SCHED_FIFO 99 pinned, plain Linux, mlock, warm-up, {}",
+                if *m == IdleMode::Spin {
+                    "spinner"
+                } else {
+                    "no spinner"
+                }
+            ),
+            &o.fifo[i].lat,
+            spin(&o.fifo[i].spin),
+        );
+    }
     r.table(t);
+    let (cell, fifo) = (&o.cell[di].lat, &o.fifo[di].lat);
     r.figure("iso_plain_mean_us", o.plain.mean);
     r.figure("iso_plain_median_us", o.plain.median);
     r.figure("iso_plain_p99_us", o.plain.p99);
-    r.figure("iso_cell_mean_us", o.cell.mean);
-    r.figure("iso_cell_median_us", o.cell.median);
-    r.figure("iso_cell_p99_us", o.cell.p99);
-    r.figure("iso_cell_max_us", o.cell.max);
-    r.figure("iso_fifo_mean_us", o.fifo.mean);
-    r.figure("iso_fifo_median_us", o.fifo.median);
-    r.figure("iso_fifo_p99_us", o.fifo.p99);
-    r.figure("iso_fifo_max_us", o.fifo.max);
+    r.figure("iso_cell_mean_us", cell.mean);
+    r.figure("iso_cell_median_us", cell.median);
+    r.figure("iso_cell_p99_us", cell.p99);
+    r.figure("iso_cell_max_us", cell.max);
+    r.figure("iso_fifo_mean_us", fifo.mean);
+    r.figure("iso_fifo_median_us", fifo.median);
+    r.figure("iso_fifo_p99_us", fifo.p99);
+    r.figure("iso_fifo_max_us", fifo.max);
     r.figure("noise_floor_max_us", floor.summary_us.max);
-    if let Some(c) = o.cell_spin {
-        r.figure("iso_cell_spinner_hart_fraction", c.fraction());
-    }
-    if let Some(c) = o.fifo_spin {
-        r.figure("iso_fifo_spinner_hart_fraction", c.fraction());
+    for (i, m) in MODES.iter().enumerate() {
+        let (c, f) = (&o.cell[i], &o.fifo[i]);
+        let m = mode_name(*m);
+        r.figure(format!("iso_cell_{m}_median_us"), c.lat.median);
+        r.figure(format!("iso_cell_{m}_p99_us"), c.lat.p99);
+        r.figure(format!("iso_fifo_{m}_median_us"), f.lat.median);
+        r.figure(format!("iso_fifo_{m}_p99_us"), f.lat.p99);
+        if let Some(sp) = c.spin {
+            r.figure("iso_cell_spinner_hart_fraction", sp.fraction());
+        }
+        if let Some(sp) = f.spin {
+            r.figure("iso_fifo_spinner_hart_fraction", sp.fraction());
+        }
     }
     let best =
         "SCHED_FIFO 99 pinned by taskset, mlock, same warm-up and spinner, load on all harts";
@@ -318,17 +373,17 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
     );
     r.target(
         "(b) median within 2x of (c)",
-        o.cell.median <= 2.0 * o.fifo.median,
-        format!("{:.1} vs {:.1} us", o.cell.median, o.fifo.median),
+        cell.median <= 2.0 * fifo.median,
+        format!("{:.1} vs {:.1} us", cell.median, fifo.median),
     );
     r.target(
         "(b) p99 at least 20x better than (a)",
-        o.cell.p99 * 20.0 <= o.plain.p99,
+        cell.p99 * 20.0 <= o.plain.p99,
         format!(
             "{:.1} vs {:.1} us ({:.0}x)",
-            o.cell.p99,
+            cell.p99,
             o.plain.p99,
-            o.plain.p99 / o.cell.p99.max(1e-9)
+            o.plain.p99 / cell.p99.max(1e-9)
         ),
     );
     r.note(format!(
@@ -336,19 +391,18 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         o.load_plain, o.load_cell
     ));
     r.note(format!(
-        "preparation of (b) and (c): mlockall, {WARMUP} discarded warm-up wake-ups, {}; (a) has none",
-        if cell_spins {
-            "a SCHED_IDLE spinner on the hart (tessd's in (b), `tess work filler` in (c)); its CPU time while the probe ran is in the last column"
-        } else {
-            "no spinner (the cell lets its hart idle)"
-        }
+        "preparation of (b) and (c): mlockall, {WARMUP} discarded warm-up wake-ups; each measured with a SCHED_IDLE spinner on the hart (tessd's for idle = spin, `tess work filler` for (c)) and without; the spinners' CPU time while the probe ran is in the last column; (a) has none. Figures without a mode in their name (iso_cell_*, iso_fifo_*) are a dedicated cell's default, idle = {}, and the baseline with the same preparation",
+        mode_name(default_mode)
     ));
     r.note("seed 003 (Linux 2.6.35, quad-core i7, 128 CPU-bound background threads): the text editor's event latency, in the table's unit (us): 30.60 mean / 16.67 median on stock Qt, 0.26 mean / 0.15 median with its services in dedicated cpusets; it measured event delivery through a channel, we measure a timer wake-up");
     r.detail("noise_floor_us", floor.summary_us);
     r.detail("plain_us", o.plain);
-    r.detail("cell_us", o.cell);
-    r.detail("fifo_us", o.fifo);
-    r.detail("cell_spinner", o.cell_spin);
-    r.detail("fifo_spinner", o.fifo_spin);
+    for (i, m) in MODES.iter().enumerate() {
+        let m = mode_name(*m);
+        r.detail(&format!("cell_{m}_us"), o.cell[i].lat);
+        r.detail(&format!("fifo_{m}_us"), o.fifo[i].lat);
+        r.detail(&format!("cell_{m}_spinner"), o.cell[i].spin);
+        r.detail(&format!("fifo_{m}_spinner"), o.fifo[i].spin);
+    }
     Ok(r)
 }
