@@ -32,7 +32,14 @@
 //! timer instant slept until it, and `wu_lat` is how late it woke; one that overran (`slack` < 0)
 //! starts the next job at once, `-slack` after the ideal instant. A deadline miss is a job with
 //! `slack` < 0 (implicit deadline = period). rt-app logs the line of job `k` when it wakes for
-//! job `k+1`, so each line gives the lateness of the next activation.
+//! job `k+1`, so each line gives the lateness of the next activation. The timer never drops a
+//! backlog, so a task that cannot keep up (more work than CPU time per period) falls further
+//! behind with every job and its jitter grows with the run's length: compare such scenarios by
+//! their miss fraction, not by their jitter.
+//!
+//! The report also records, sampled half-way, each tess task's threads and their scheduling
+//! (rt-app runs the task on a thread of its own beside an idle main thread), so a reader sees how
+//! the reservation reached the thread that needs it.
 
 use super::support::{pick_hart, spawn_work, stop, tess_exe, us, Session};
 use super::Common;
@@ -549,7 +556,7 @@ pub fn run(a: &RtappArgs) -> anyhow::Result<Report> {
     );
     r.compare(
         "activation jitter max (us)",
-        Some("seed 002: 11 ms under qres_wrap 25% (40 ms period) beside a second RTApp; 4 ms undisturbed (timer resolution)"),
+        Some("seed 002 (RTApp, 40 ms period, whole ms): max 11 ms under qres_wrap 25% while a second RTApp starts; 4 ms undisturbed"),
         "rtapp_tess_jitter_max_us",
         Some(fifo),
     );
