@@ -7,6 +7,7 @@ mod music;
 mod mux;
 mod net;
 mod reserve;
+mod rtapp;
 mod support;
 mod update;
 pub mod work;
@@ -65,6 +66,9 @@ enum Which {
     /// threads and a wrapped busy loop, beside 16 CFS hogs, against plain CFS and the
     /// per-thread SCHED_DEADLINE split.
     Reserve(Common),
+    /// Activation jitter of periodic rt-app tasks beside CPU hogs (seed 002, AQuoSA's RTApp):
+    /// each task under `tess run --reserve`, against plain CFS and `chrt -f`.
+    Rtapp(rtapp::RtappArgs),
 }
 
 /// `tess bench channel`.
@@ -108,6 +112,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         }
         Which::Net(a) => (a.common.clone(), net::run(&a)?),
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
+        Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
     };
     if common.json {
         println!("{}", report.render_json());

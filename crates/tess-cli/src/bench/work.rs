@@ -60,6 +60,16 @@ pub struct ProbeArgs {
     /// Scheduling policy.
     #[arg(long, value_enum, default_value = "other")]
     pub policy: ProbePolicy,
+    /// Pin the probe to this hart (as `taskset` would) before it starts.
+    #[arg(long)]
+    pub hart: Option<usize>,
+    /// Lock all memory (`mlockall`) before measuring, as real-time programs do.
+    #[arg(long)]
+    pub mlock: bool,
+    /// Wake-ups done and discarded before the measured ones (caches, page tables, the
+    /// scheduler's view of the task settle).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: usize,
 }
 
 /// `echo`.
@@ -144,13 +154,24 @@ pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
                 ProbePolicy::Other => Policy::OTHER,
                 ProbePolicy::Fifo99 => Policy::Fifo { priority: 99 },
             };
+            if let Some(h) = a.hart {
+                tess_sched::affinity::set_affinity(0, &tess_sched::HartSet::single(h))?;
+            }
             attr::set_policy(0, policy, 0)?;
+            if a.mlock {
+                // SAFETY: mlockall only changes how this process's pages are kept resident.
+                let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+                anyhow::ensure!(rc == 0, "mlockall: {}", std::io::Error::last_os_error());
+            }
             let period = clock::ns(Duration::from_micros(a.period_us));
             let mut samples = Vec::with_capacity(a.count);
             let mut next = clock::now_ns() + period;
-            for _ in 0..a.count {
+            for i in 0..a.warmup + a.count {
                 clock::sleep_until_ns(next);
-                samples.push(clock::now_ns().saturating_sub(next));
+                let late = clock::now_ns().saturating_sub(next);
+                if i >= a.warmup {
+                    samples.push(late);
+                }
                 next += period;
                 let now = clock::now_ns();
                 if next < now {
