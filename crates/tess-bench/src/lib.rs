@@ -13,5 +13,5 @@ pub mod probe;
 mod report;
 mod stats;
 
-pub use report::{Comparison, Report, Table};
+pub use report::{format_value, Comparison, Report, Table};
 pub use stats::Summary;

@@ -53,7 +53,8 @@ enum Command {
     /// The network service: flows, reservations and achieved rates.
     #[command(subcommand)]
     Net(net::NetCmd),
-    /// Run a benchmark and print its figures (table, or one JSON object with --json).
+    /// Run a benchmark and print its figures (table, or one JSON object with --json); list the
+    /// benchmarks; write the benchmark record (docs/benchmarks.md) from a run set.
     Bench(bench::BenchArgs),
     /// Internal workloads used by the benchmarks.
     #[command(hide = true, subcommand)]

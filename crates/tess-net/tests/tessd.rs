@@ -2,14 +2,13 @@
 //! nameserver, clients reach it by name, the QoS interface sets a spec, and the synthesizer's
 //! host answers a SLABS emulator through the service with `t2` stamped by the service.
 //!
-//! Takes the machine-wide lock `/run/lock/tess-dev.lock` (only one tessd may shape the machine,
-//! as `scripts/with-tessd` and the tess-cli root tests know). Skipped, with a message, when not
-//! root or when `tessd` is not built next to `tess-netd`.
+//! Needs root and `tessd` built next to `tess-netd` (`cargo build --workspace`), so it is
+//! `#[ignore]`d for ordinary `cargo test`; `scripts/test` runs it as root. The daemon comes from
+//! `tess-testkit` (machine-wide lock, private socket, state and cgroup subtree).
 
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use tess_music::emulator::{self, EmulatorConfig, Pace};
@@ -17,100 +16,41 @@ use tess_music::gesture::Gesture;
 use tess_music::host::{Host, HostConfig};
 use tess_music::net::Wait;
 use tess_net::client::{Net, QosSpec, Throughput};
+use tess_testkit::{Reaper, Tessd};
 
+/// The private tessd (the workspace's harness) and the network service registered with it;
+/// the service is killed by pid before the daemon is stopped and reset.
 struct Daemon {
-    dir: tempfile::TempDir,
-    tessd: PathBuf,
-    args: Vec<String>,
-    children: Vec<Child>,
-    _lock: std::fs::File,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        for c in self.children.iter_mut().rev() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new(&self.tessd)
-            .args(&self.args)
-            .arg("--reset")
-            .output();
-    }
+    _netd: Reaper,
+    _tessd: Tessd,
 }
 
 fn netd() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tess-netd"))
 }
 
-fn start() -> Option<Daemon> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root");
-        return None;
-    }
-    let tessd = netd().with_file_name("tessd");
-    if !tessd.exists() {
-        eprintln!(
-            "skipped: {} is not built (cargo build --workspace --bins)",
-            tessd.display()
-        );
-        return None;
-    }
-    let _ = std::fs::create_dir_all("/run/lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/run/lock/tess-dev.lock")
-        .unwrap();
-    // SAFETY: flock on a descriptor we own; blocks until the lock is free.
-    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("tessd.sock");
-    let args = vec![
-        "--socket".to_string(),
-        socket.display().to_string(),
-        "--state-dir".into(),
-        dir.path().join("state").display().to_string(),
-        "--group".into(),
-        format!("tess-net-it-{}", std::process::id()),
-    ];
+fn start() -> Daemon {
+    let tessd = Tessd::start();
     // The nameserver clients of this process (ns::connect) find the daemon here.
-    std::env::set_var(tess_proto::SOCKET_ENV, &socket);
-    let child = Command::new(&tessd)
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("tessd.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut d = Daemon {
-        dir,
-        tessd,
-        args,
-        children: vec![child],
-        _lock: lock,
-    };
-    let t0 = Instant::now();
-    while tess_proto::Client::connect(&socket).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "tessd did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    std::env::set_var(tess_proto::SOCKET_ENV, &tessd.socket);
+    let ready = tessd.dir.path().join("netd.ready");
+    let log = tessd.dir.path().join("netd.log");
+    let mut reaper = Reaper::default();
+    reaper.push(
+        Command::new(netd())
+            .args(["--name", "net-it", "--wait", "epoll", "--ready-file"])
+            .arg(&ready)
+            .env(tess_proto::SOCKET_ENV, &tessd.socket)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&ready, &log);
+    Daemon {
+        _netd: reaper,
+        _tessd: tessd,
     }
-    let ready = d.dir.path().join("netd.ready");
-    let netd = Command::new(netd())
-        .args(["--name", "net-it", "--wait", "epoll", "--ready-file"])
-        .arg(&ready)
-        .env(tess_proto::SOCKET_ENV, &socket)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.dir.path().join("netd.log")).unwrap())
-        .spawn()
-        .unwrap();
-    d.children.push(netd);
-    wait_for(&ready, &d.dir.path().join("netd.log"));
-    Some(d)
 }
 
 fn wait_for(p: &Path, log: &Path) {
@@ -126,8 +66,9 @@ fn wait_for(p: &Path, log: &Path) {
 }
 
 #[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
 fn clients_reach_the_service_by_name_and_the_synthesizer_answers_through_it() {
-    let Some(_d) = start() else { return };
+    let _d = start();
     let net = Net::named("net-it");
 
     // A socket by name, and the QoS interface.

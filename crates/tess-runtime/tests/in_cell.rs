@@ -8,91 +8,33 @@
 
 mod c_example;
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tess_testkit::{built, profile_dir, Tessd};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// target/<profile>: integration tests run from its `deps` directory.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
-fn built(name: &str) -> PathBuf {
-    let p = profile_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace` before the tests",
-        p.display()
-    );
-    p
-}
-
-/// A private tessd (own socket, state and cgroup subtree), holding the machine-wide lock that
-/// `scripts/with-tessd` and the CLI's root tests also take; reset when dropped.
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Child,
-    _lock: File,
-}
+/// A private tessd from the workspace's harness (`tess-testkit`: machine-wide lock, own socket,
+/// state and cgroup subtree, killed by pid and reset when dropped).
+struct Daemon(Tessd);
 
 impl Daemon {
     fn start() -> Daemon {
-        let _ = std::fs::create_dir_all("/run/lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open("/run/lock/tess-dev.lock")
-            .expect("opening /run/lock/tess-dev.lock");
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor we own; blocks until the lock is free.
-        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-        let dir = tempfile::tempdir().unwrap();
-        let log = File::create(dir.path().join("tessd.log")).unwrap();
-        let child = Command::new(built("tessd"))
-            .args(Self::args(dir.path()))
-            .stderr(log)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            dir,
-            child,
-            _lock: lock,
-        };
+        let d = Daemon(Tessd::start());
         let t0 = Instant::now();
         while !d.tess(&["status"]).status.success() {
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
-                "tessd did not come up"
+                "tessd does not answer `tess status`:\n{}",
+                d.0.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
         d
     }
 
-    fn args(dir: &Path) -> Vec<String> {
-        vec![
-            "--socket".into(),
-            dir.join("tessd.sock").display().to_string(),
-            "--state-dir".into(),
-            dir.join("state").display().to_string(),
-            "--group".into(),
-            format!("tess-rt-{}", std::process::id()),
-        ]
-    }
-
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(built("tess"));
-        c.args(args)
-            .env("TESS_SOCKET", self.dir.path().join("tessd.sock"));
+        c.args(args).env("TESS_SOCKET", &self.0.socket);
         c
     }
 
@@ -107,17 +49,6 @@ impl Daemon {
             "tess {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new(built("tessd"))
-            .args(Self::args(self.dir.path()))
-            .arg("--reset")
-            .output();
     }
 }
 
@@ -239,21 +170,15 @@ fn assert_gang_output(text: &str) {
 }
 
 #[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
 fn rust_gang_example_survives_resizes_in_a_cell() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let text = run_in_cell(&profile_dir().join("examples/gang"), &["--seconds", "6"]);
     assert_gang_output(&text);
 }
 
 #[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
 fn c_gang_example_survives_resizes_in_a_cell() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let exe = c_example::build_c_gang(dir.path());
     let text = run_in_cell(&exe, &["6"]);

@@ -209,12 +209,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: the kernel's process connector"]
     fn sees_our_own_thread_creation() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root");
-            return;
-        }
+        tess_testkit::require_root();
         let mon = ProcMonitor::open().unwrap();
         let me = std::process::id() as i32;
         let child = std::thread::spawn(tess_sched::gettid).join().unwrap();

@@ -1,6 +1,11 @@
 //! `tess bench NAME`: benchmarks that print a table, or with `--json` one JSON object whose
 //! `figures` map each figure (named as in the issue that asks for it) to a number. Baselines
 //! run in the same invocation; every latency benchmark also measures the noise floor.
+//!
+//! Two subcommands are not benchmarks: `tess bench list` prints the benchmarks' names (every
+//! other subcommand of [`Which`], so a new bench is listed, and run by `scripts/bench-all`, as
+//! soon as it is registered here), and `tess bench record` writes the benchmark record from
+//! one run set (see [`record`]).
 
 mod isolation;
 mod music;
@@ -8,6 +13,7 @@ mod mux;
 mod net;
 mod reserve;
 mod rtapp;
+mod record;
 mod support;
 mod update;
 pub mod work;
@@ -15,7 +21,10 @@ pub mod work;
 use clap::{Args, Subcommand};
 use tess_bench::Report;
 
-/// `tess bench`.
+/// `tess bench`: run a benchmark, list them, or write the benchmark record.
+///
+/// `scripts/bench-all` runs every benchmark that `tess bench list` names, 3 times each, against
+/// a private tessd, and writes docs/benchmarks.md with `tess bench record`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -69,6 +78,25 @@ enum Which {
     /// Activation jitter of periodic rt-app tasks beside CPU hogs (seed 002, AQuoSA's RTApp):
     /// each task under `tess run --reserve`, against plain CFS and `chrt -f`.
     Rtapp(rtapp::RtappArgs),
+    /// Print the name of every benchmark, one a line (for scripts/bench-all).
+    List,
+    /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
+    /// the commit, date and machine, and per bench its narrative, the side-by-side rows, every
+    /// figure's median (min–max) over the repetitions, targets met and failed runs.
+    Record(record::RecordArgs),
+}
+
+/// Subcommands of [`Which`] that are not benchmarks.
+const NOT_BENCHES: &[&str] = &["list", "record", "help"];
+
+/// The benchmarks' names, from the subcommands registered in [`Which`].
+pub fn names() -> Vec<String> {
+    use clap::Subcommand as _;
+    Which::augment_subcommands(clap::Command::new("bench"))
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| !NOT_BENCHES.contains(&n.as_str()))
+        .collect()
 }
 
 /// `tess bench channel`.
@@ -100,6 +128,16 @@ fn channel(a: &ChannelArgs) -> anyhow::Result<Report> {
 /// Runs a benchmark.
 pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     let (common, report): (Common, Report) = match a.which {
+        Which::List => {
+            for n in names() {
+                println!("{n}");
+            }
+            return Ok(0);
+        }
+        Which::Record(r) => {
+            record::run(&r)?;
+            return Ok(0);
+        }
         Which::Mux(c) => (c.clone(), mux::run(&c)?),
         Which::Isolation(c) => (c.clone(), isolation::run(&c)?),
         Which::Update(c) => (c.clone(), update::run(&c)?),
@@ -124,4 +162,18 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn list_names_the_benches_and_nothing_else() {
+        let names = super::names();
+        for b in ["mux", "channel", "music", "update"] {
+            assert!(names.iter().any(|n| n == b), "{b} missing from {names:?}");
+        }
+        for not in super::NOT_BENCHES {
+            assert!(!names.iter().any(|n| n == not), "{not} listed: {names:?}");
+        }
+    }
 }

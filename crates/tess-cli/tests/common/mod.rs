@@ -1,139 +1,58 @@
-//! A private tessd for root tests on the real kernel: its own socket, state directory and cgroup
-//! subtree, torn down (cgroups removed, kernel settings restored) when dropped.
+//! A private tessd for root tests on the real kernel (the workspace's one harness,
+//! `tess-testkit`), with helpers to drive it through the `tess` binary under test.
 //!
-//! Tests that start a daemon hold [`serial`]: two daemons would fight over the root cpuset.
+//! Every test here needs root and is `#[ignore = "needs root: ..."]`: `cargo test` as an ordinary
+//! user lists it as ignored; `scripts/test` runs it as root with `--include-ignored`.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Holds the in-process lock and the machine-wide one (`/run/lock/tess-dev.lock`, shared with
-/// `scripts/with-tessd`): only one tessd may shape the machine at a time.
-pub struct Serial {
-    _local: MutexGuard<'static, ()>,
-    _file: std::fs::File,
-}
-
-/// Serializes daemon tests, within this binary and across processes.
-pub fn serial() -> Serial {
-    let local = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = std::fs::create_dir_all("/run/lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/run/lock/tess-dev.lock")
-        .expect("opening /run/lock/tess-dev.lock");
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor we own; blocks until the lock is free.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    Serial {
-        _local: local,
-        _file: file,
-    }
-}
-
-/// Whether we run as root (the real-kernel tests need it; CI runs as root).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use tess_testkit::Tessd;
 
 /// Path of the `tess` binary under test.
 pub fn tess_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tess"))
 }
 
-/// Path of `tessd`, built next to `tess` (`cargo build --workspace --bins` builds both).
-pub fn tessd_bin() -> PathBuf {
-    let p = tess_bin().with_file_name("tessd");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace --bins` before the tests",
-        p.display()
-    );
-    p
+/// A running private daemon ([`tess_testkit::Tessd`]: machine-wide lock, own socket, state
+/// directory and cgroup subtree, killed by pid and reset when dropped), with `tess` helpers.
+pub struct Daemon(Tessd);
+
+impl std::ops::Deref for Daemon {
+    type Target = Tessd;
+    fn deref(&self) -> &Tessd {
+        &self.0
+    }
 }
 
-/// A running private daemon.
-pub struct Daemon {
-    pub dir: tempfile::TempDir,
-    pub socket: PathBuf,
-    pub group: String,
-    child: Option<Child>,
-    /// Environment for the daemon process (fault injection).
-    pub env: Vec<(String, String)>,
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Tessd {
+        &mut self.0
+    }
 }
 
 impl Daemon {
-    /// Starts a daemon and waits until it answers.
+    /// Starts a daemon and waits until it answers `tess status`.
     pub fn start() -> Daemon {
-        assert!(is_root(), "root tests need root");
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("tessd.sock");
-        let group = format!("tess-it-{}", std::process::id());
-        let mut d = Daemon {
-            dir,
-            socket,
-            group,
-            child: None,
-            env: Vec::new(),
-        };
+        let mut d = Daemon(Tessd::new());
         d.spawn();
         d
     }
 
-    fn args(&self) -> Vec<String> {
-        vec![
-            "--socket".into(),
-            self.socket.display().to_string(),
-            "--state-dir".into(),
-            self.dir.path().join("state").display().to_string(),
-            "--group".into(),
-            self.group.clone(),
-        ]
-    }
-
-    /// (Re)starts the daemon process.
+    /// (Re)starts the daemon process and waits until it answers `tess status`.
     pub fn spawn(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("tessd.log")).unwrap();
-        let child = Command::new(tessd_bin())
-            .args(self.args())
-            .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stderr(log)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
+        self.0.spawn();
         let t0 = Instant::now();
         while self.tess(&["status"]).status.code() != Some(0) {
-            if t0.elapsed() > Duration::from_secs(20) {
-                panic!("tessd did not come up:\n{}", self.log());
-            }
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("tessd exited with {st}:\n{}", self.log());
-            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "tessd does not answer `tess status`:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// Kills the daemon with SIGKILL.
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// The daemon's log.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("tessd.log")).unwrap_or_default()
     }
 
     /// Runs `tess ARGS` against this daemon.
@@ -206,16 +125,6 @@ impl Daemon {
         let p = self.dir.path().join(name);
         std::fs::write(&p, text).unwrap();
         p
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill9();
-        let _ = Command::new(tessd_bin())
-            .args(self.args())
-            .arg("--reset")
-            .output();
     }
 }
 

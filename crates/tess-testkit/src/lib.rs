@@ -1,0 +1,294 @@
+//! Test support shared by every Rust test that needs a daemon or root.
+//!
+//! One harness, the same rules as `scripts/with-tessd` (which the scripts, benches and the demo
+//! use):
+//! - only one tessd may shape the machine at a time (two would fight over the root cpuset), so
+//!   [`Tessd`] holds the machine-wide lock `/run/lock/tess-dev.lock` for its whole life;
+//! - the daemon is private: its own socket, state directory (a temporary directory) and cgroup
+//!   subtree (`--group tess-it-PID-N`), so it never touches a system tessd's state;
+//! - it is stopped by its pid (the [`std::process::Child`] we spawned), never by name, and then
+//!   `tessd --reset` with the same flags removes its cgroups and restores kernel settings.
+//!
+//! Root tests are marked `#[ignore = "needs root: ..."]`, so that `cargo test` as an ordinary
+//! user lists them as ignored instead of counting them as passed; `scripts/test` runs them as
+//! root with `--include-ignored` and fails if any test was ignored. Inside such a test,
+//! [`require_root`] fails loudly if it runs without root anyway: a root test never returns early.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The lock every private tessd holds (shared with `scripts/with-tessd`).
+pub const MACHINE_LOCK: &str = "/run/lock/tess-dev.lock";
+
+/// How long a daemon may take to answer after it is spawned.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+static IN_PROCESS: Mutex<()> = Mutex::new(());
+static DAEMONS_STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Fails the test (never skips it) unless it runs as root. Root tests are `#[ignore]`d so that
+/// an ordinary `cargo test` reports them as ignored; this catches `--include-ignored` without
+/// root.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "this test needs root (cgroups, SCHED_DEADLINE): run it as root, e.g. through scripts/test"
+    );
+}
+
+/// Holds the machine-wide lock (and an in-process one, so that the threads of one test binary
+/// queue on a mutex rather than on the file lock).
+#[derive(Debug)]
+pub struct MachineLock {
+    _local: MutexGuard<'static, ()>,
+    _file: File,
+}
+
+/// Takes the machine-wide lock, waiting for other tessd users (other test binaries, other
+/// engineers' `scripts/with-tessd`) to finish.
+pub fn machine_lock() -> MachineLock {
+    let local = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = std::fs::create_dir_all("/run/lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(MACHINE_LOCK)
+        .unwrap_or_else(|e| panic!("opening {MACHINE_LOCK}: {e}"));
+    // SAFETY: flock on a descriptor we own; blocks until the lock is free.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(
+        rc,
+        0,
+        "flock {MACHINE_LOCK}: {}",
+        std::io::Error::last_os_error()
+    );
+    MachineLock {
+        _local: local,
+        _file: file,
+    }
+}
+
+/// `target/<profile>`: test executables run from its `deps` directory, next to which cargo puts
+/// the workspace's binaries and `examples/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// A workspace binary built next to the tests; panics with the command to build it if missing.
+pub fn built(name: &str) -> PathBuf {
+    let p = profile_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        p.display()
+    );
+    p
+}
+
+/// A private tessd: its own socket, state directory and cgroup subtree, under the machine-wide
+/// lock; killed by pid and reset when dropped.
+#[derive(Debug)]
+pub struct Tessd {
+    /// Temporary directory holding the socket, the state and the log.
+    pub dir: tempfile::TempDir,
+    /// The API socket (`TESS_SOCKET`).
+    pub socket: PathBuf,
+    /// The cgroup subtree's name.
+    pub group: String,
+    /// Extra environment for the daemon process (fault injection), used by [`Tessd::spawn`].
+    pub env: Vec<(String, String)>,
+    tessd: PathBuf,
+    child: Option<Child>,
+    // Dropped last (fields drop in declaration order after `Drop::drop`): the reset runs
+    // while the lock is still held.
+    _lock: MachineLock,
+}
+
+impl Tessd {
+    /// Takes the machine-wide lock and starts a daemon (`tessd` built next to the tests);
+    /// returns once it answers on its socket. Panics without root.
+    pub fn start() -> Tessd {
+        let mut d = Tessd::new();
+        d.spawn();
+        d
+    }
+
+    /// Takes the lock and prepares a daemon without starting it (set [`Tessd::env`], then
+    /// [`Tessd::spawn`]).
+    pub fn new() -> Tessd {
+        require_root();
+        let tessd = built("tessd");
+        let lock = machine_lock();
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let n = DAEMONS_STARTED.fetch_add(1, Ordering::Relaxed);
+        Tessd {
+            socket: dir.path().join("tessd.sock"),
+            group: format!("tess-it-{}-{n}", std::process::id()),
+            dir,
+            env: Vec::new(),
+            tessd,
+            child: None,
+            _lock: lock,
+        }
+    }
+
+    /// The flags that make this daemon private (also given to `--reset`).
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--socket".into(),
+            self.socket.display().to_string(),
+            "--state-dir".into(),
+            self.dir.path().join("state").display().to_string(),
+            "--group".into(),
+            self.group.clone(),
+        ]
+    }
+
+    /// Path of the daemon's log.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("tessd.log")
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// (Re)starts the daemon process (appending to its log) and waits until it accepts
+    /// connections on its socket.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "tessd is already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("creating tessd.log");
+        let _ = std::fs::remove_file(&self.socket);
+        let child = Command::new(&self.tessd)
+            .args(self.args())
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.tessd.display()));
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                panic!("tessd exited with {st}:\n{}", self.log());
+            }
+            assert!(
+                t0.elapsed() < START_TIMEOUT,
+                "tessd did not come up in {START_TIMEOUT:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the daemon (SIGKILL, by pid) and reaps it; its cgroups stay as they were.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Default for Tessd {
+    fn default() -> Self {
+        Tessd::new()
+    }
+}
+
+impl Drop for Tessd {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = Command::new(&self.tessd)
+            .args(self.args())
+            .arg("--reset")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Children a test started, killed by pid (SIGKILL) and reaped when dropped: a test never
+/// cleans up by process name.
+#[derive(Debug, Default)]
+pub struct Reaper(Vec<Child>);
+
+impl Reaper {
+    /// Adds a child to kill at the end.
+    pub fn push(&mut self, c: Child) -> &mut Child {
+        self.0.push(c);
+        self.0.last_mut().expect("just pushed")
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_dir_holds_the_test_executable() {
+        let exe = std::env::current_exe().unwrap();
+        assert!(exe.starts_with(profile_dir()));
+        assert_eq!(exe.parent().unwrap().file_name().unwrap(), "deps");
+    }
+
+    #[test]
+    #[ignore = "needs root: starts a private tessd on the real kernel"]
+    fn a_private_daemon_answers_and_is_reset() {
+        let group;
+        {
+            let d = Tessd::start();
+            group = d.group.clone();
+            assert!(d.pid().is_some());
+            assert!(d.socket.exists());
+        }
+        // --reset removed the private subtree wherever the cpuset controller is mounted.
+        for root in ["/sys/fs/cgroup/cpuset", "/sys/fs/cgroup"] {
+            assert!(
+                !Path::new(root).join(&group).exists(),
+                "{root}/{group} left"
+            );
+        }
+    }
+}
