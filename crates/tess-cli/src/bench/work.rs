@@ -43,6 +43,8 @@ pub enum ProbePolicy {
     Other,
     /// SCHED_FIFO 99.
     Fifo99,
+    /// Whatever policy the probe started with (the cell's, when run in one).
+    Keep,
 }
 
 /// `probe`.
@@ -138,10 +140,13 @@ pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
         }
         WorkCmd::Probe(a) => {
             let policy = match a.policy {
-                ProbePolicy::Other => Policy::OTHER,
-                ProbePolicy::Fifo99 => Policy::Fifo { priority: 99 },
+                ProbePolicy::Other => Some(Policy::OTHER),
+                ProbePolicy::Fifo99 => Some(Policy::Fifo { priority: 99 }),
+                ProbePolicy::Keep => None,
             };
-            attr::set_policy(0, policy, 0)?;
+            if let Some(policy) = policy {
+                attr::set_policy(0, policy, 0)?;
+            }
             let period = clock::ns(Duration::from_micros(a.period_us));
             let mut samples = Vec::with_capacity(a.count);
             let mut next = clock::now_ns() + period;
