@@ -240,8 +240,13 @@ pub(crate) enum StreamWait {
     Poll,
 }
 
+/// Whether the last failed call should simply be retried: no data or room yet on a
+/// non-blocking descriptor, or a signal interrupted a blocking one.
 fn would_block() -> bool {
-    std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+    matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::EINTR)
+    )
 }
 
 fn write_all(fd: RawFd, buf: &[u8]) -> bool {
@@ -327,7 +332,8 @@ fn stream_rtt(
     for i in 0..total {
         let t0 = now_ns();
         if !write_all(parent_tx, &msg) || !read_exact(parent_rx, &mut back) {
-            bail!("stream ping-pong peer went away");
+            let err = std::io::Error::last_os_error();
+            bail!("stream ping-pong ({size} B, {wait:?}) failed at round trip {i}: the peer went away or {err}");
         }
         let dt = now_ns() - t0;
         if i >= o.warmup.min(1000) {
