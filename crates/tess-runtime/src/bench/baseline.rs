@@ -28,6 +28,8 @@ pub struct GangBaseline {
     pub skew_us: Summary,
     /// Wake-up minus grid point, every hart and grid point (us).
     pub release_us: Summary,
+    /// CPU time the `SCHED_IDLE` spinners burnt, as a share of one hart (mean over harts, %).
+    pub idle_spin_cpu_pct: f64,
 }
 
 /// Wakes one FIFO-99 thread per hart of `harts` at `windows` common grid points `period`
@@ -46,13 +48,15 @@ pub fn fifo_gang(
         .iter()
         .map(|&hart| {
             let stop = stop.clone();
-            std::thread::spawn(move || {
+            std::thread::spawn(move || -> (u64, u64) {
                 // Best effort like tessd's spinners: without them the figures are only worse.
                 let _ = affinity::set_affinity(0, &HartSet::single(hart));
                 let _ = attr::set_policy(0, Policy::Idle, 0);
+                let (wall0, cpu0) = (clock::now_ns(), clock::thread_cpu_ns());
                 while !stop.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
+                (clock::now_ns() - wall0, clock::thread_cpu_ns() - cpu0)
             })
         })
         .collect();
@@ -83,9 +87,12 @@ pub fn fifo_gang(
         .collect();
     let joined: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
     stop.store(true, Ordering::Relaxed);
-    for s in spinners {
-        let _ = s.join();
-    }
+    let spun: Vec<(u64, u64)> = spinners.into_iter().filter_map(|s| s.join().ok()).collect();
+    let idle_spin_cpu_pct = spun
+        .iter()
+        .map(|&(wall, cpu)| cpu as f64 / wall.max(1) as f64 * 100.0)
+        .sum::<f64>()
+        / spun.len().max(1) as f64;
     let mut per_hart = Vec::new();
     for t in joined {
         per_hart.push(t.map_err(|_| anyhow::anyhow!("a baseline thread panicked"))??);
@@ -107,5 +114,6 @@ pub fn fifo_gang(
         windows,
         skew_us: Summary::of_ns_as_us(&skew),
         release_us: Summary::of_ns_as_us(&release),
+        idle_spin_cpu_pct,
     })
 }
