@@ -28,6 +28,7 @@ fn quick_bench_reports_every_figure() {
         "rtt_block_median_ns_512".to_string(),
         "flag_rtt_median_ns".into(),
         "futex_rtt_median_ns".into(),
+        "futex_always_wake_rtt_median_ns".into(),
         "uds_rtt_median_ns_512".into(),
         "pipe_rtt_median_ns_512".into(),
         "tput_msgs_per_s_8".into(),
@@ -37,7 +38,17 @@ fn quick_bench_reports_every_figure() {
     for size in tess_channel::bench::SIZES {
         names.push(format!("rtt_busy_median_ns_{size}"));
         names.push(format!("rtt_busy_p999_ns_{size}"));
+        names.push(format!("rtt_block_median_ns_{size}"));
+        names.push(format!("linux_block_rtt_median_ns_{size}"));
+        names.push(format!("linux_poll_rtt_mean_ns_{size}"));
+        names.push(format!("tput_mb_per_s_{size}"));
     }
+    // Every side-by-side row names figures of this report.
+    for c in &report.comparisons {
+        names.push(c.ours.clone());
+        names.extend(c.baseline.clone());
+    }
+    assert!(report.comparisons.len() >= 6 + 4 * 2);
     for n in &names {
         let v = report
             .figures
@@ -45,7 +56,12 @@ fn quick_bench_reports_every_figure() {
             .unwrap_or_else(|| panic!("figure {n} missing"));
         assert!(v.is_finite() && *v > 0.0, "{n} = {v}");
     }
-    assert_eq!(report.targets.len(), 10);
+    // Two per size up to 512 bytes, 4480 bytes, blocking, and two throughput targets.
+    let small = tess_channel::bench::SIZES
+        .iter()
+        .filter(|&&s| s <= 512)
+        .count();
+    assert_eq!(report.targets.len(), 2 * small + 4);
     let json: serde_json::Value = serde_json::from_str(&report.render_json()).unwrap();
     assert!(json["figures"]["flag_rtt_median_ns"].is_number());
     assert!(report.render_text().contains("round trip, busy-poll"));

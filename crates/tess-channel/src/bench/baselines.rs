@@ -1,12 +1,14 @@
 //! Baselines measured in the same run as the channel: the hardware floor (a bare flag
-//! ping-pong), a raw futex ping-pong, a Unix-domain socket pair, a pipe, and single-core memcpy.
+//! ping-pong), raw futex ping-pongs, a Unix-domain socket pair and a pipe (blocking, and
+//! non-blocking with spinning reads, the plain-Linux counterpart of a busy-polled channel),
+//! and single-core memcpy.
 
 use super::proc::{spawn_pinned, SharedPage};
 use super::BenchOptions;
 use anyhow::{bail, Context};
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use tess_sched::clock::now_ns;
 
 /// Longest a baseline waits for its peer before giving up (the peer died or is starved).
@@ -120,29 +122,103 @@ fn futex_until(w: &AtomicU32, want: u32) -> bool {
     }
 }
 
-/// Raw futex ping-pong: each side stores the counter, always `FUTEX_WAKE`s, and sleeps in
-/// `FUTEX_WAIT` until the other's counter moves. No spinning: the kernel's wake-up path is the
-/// whole cost, which is what the channel's blocking mode is compared against.
-pub(crate) fn futex_rtt(o: &BenchOptions, samples: usize) -> anyhow::Result<Vec<u64>> {
+/// One direction of the futex ping-pong: the counter the sender moves and, for the fair
+/// variant, the word its waiter announces itself on.
+#[derive(Clone, Copy)]
+struct Direction<'a> {
+    counter: &'a AtomicU32,
+    sleep: &'a AtomicU32,
+}
+
+/// How the futex ping-pong wakes its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FutexWake {
+    /// `FUTEX_WAKE` after every store, whether or not the peer sleeps.
+    Always,
+    /// The channel's protocol (see `ring.rs`, "Sleeping"): the waiter sets its sleep word, a
+    /// SeqCst fence, re-checks, and only then `FUTEX_WAIT`s on the sleep word; the sender, after
+    /// its store and a SeqCst fence, `FUTEX_WAKE`s only if that word was set. No system call
+    /// when the peer has not gone to sleep yet: the fair comparison for the channel's blocking
+    /// mode.
+    IfWaiting,
+}
+
+impl Direction<'_> {
+    fn send(&self, value: u32, how: FutexWake) {
+        self.counter.store(value, Ordering::Release);
+        match how {
+            FutexWake::Always => futex_wake(self.counter),
+            FutexWake::IfWaiting => {
+                fence(Ordering::SeqCst);
+                if self.sleep.load(Ordering::Relaxed) != 0
+                    && self.sleep.swap(0, Ordering::Relaxed) != 0
+                {
+                    futex_wake(self.sleep);
+                }
+            }
+        }
+    }
+
+    /// Waits until the counter holds `want`; false after [`STALL_NS`].
+    fn wait(&self, want: u32, how: FutexWake) -> bool {
+        match how {
+            FutexWake::Always => futex_until(self.counter, want),
+            FutexWake::IfWaiting => {
+                let start = now_ns();
+                loop {
+                    if self.counter.load(Ordering::Acquire) == want {
+                        return true;
+                    }
+                    self.sleep.store(1, Ordering::Relaxed);
+                    fence(Ordering::SeqCst);
+                    if self.counter.load(Ordering::Acquire) == want {
+                        self.sleep.store(0, Ordering::Relaxed);
+                        return true;
+                    }
+                    futex_wait(self.sleep, 1);
+                    self.sleep.store(0, Ordering::Relaxed);
+                    if now_ns() - start > STALL_NS {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Raw futex ping-pong: each side stores its counter, wakes the other as `how` says, and
+/// sleeps in `FUTEX_WAIT` until the other's counter moves. No spinning: the kernel's wake-up
+/// path is the whole cost, which is what the channel's blocking mode is compared against.
+pub(crate) fn futex_rtt(
+    o: &BenchOptions,
+    samples: usize,
+    how: FutexWake,
+) -> anyhow::Result<Vec<u64>> {
     let page = SharedPage::new()?;
-    let (ping, pong) = (futex_word(&page, 0), futex_word(&page, 128));
+    // Each word on its own 128-byte slot, as the channel's control block keeps them apart.
+    let ping = Direction {
+        counter: futex_word(&page, 0),
+        sleep: futex_word(&page, 256),
+    };
+    let pong = Direction {
+        counter: futex_word(&page, 128),
+        sleep: futex_word(&page, 384),
+    };
     let total = (o.warmup.min(1000) + samples) as u32;
     let child = spawn_pinned(o.child_hart, || {
         for i in 1..=total {
-            if !futex_until(ping, i) {
+            if !ping.wait(i, how) {
                 return 1;
             }
-            pong.store(i, Ordering::Release);
-            futex_wake(pong);
+            pong.send(i, how);
         }
         0
     })?;
     let mut out = Vec::with_capacity(samples);
     for i in 1..=total {
         let t0 = now_ns();
-        ping.store(i, Ordering::Release);
-        futex_wake(ping);
-        if !futex_until(pong, i) {
+        ping.send(i, how);
+        if !pong.wait(i, how) {
             bail!("futex ping-pong peer stalled");
         }
         let dt = now_ns() - t0;
@@ -154,11 +230,34 @@ pub(crate) fn futex_rtt(o: &BenchOptions, samples: usize) -> anyhow::Result<Vec<
     Ok(out)
 }
 
+/// How the stream baselines wait for data and room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamWait {
+    /// Blocking reads and writes: the kernel sleeps and wakes each side.
+    Block,
+    /// `O_NONBLOCK` descriptors, retrying on `EAGAIN` without sleeping: the best a plain-Linux
+    /// program that spins can do with a pipe or socket, compared with the busy-polled channel.
+    Poll,
+}
+
+/// Whether the last failed call should simply be retried: no data or room yet on a
+/// non-blocking descriptor, or a signal interrupted a blocking one.
+fn would_block() -> bool {
+    matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::EINTR)
+    )
+}
+
 fn write_all(fd: RawFd, buf: &[u8]) -> bool {
     let mut done = 0;
     while done < buf.len() {
         // SAFETY: writing from a valid buffer range.
         let n = unsafe { libc::write(fd, buf[done..].as_ptr().cast(), buf.len() - done) };
+        if n < 0 && would_block() {
+            std::hint::spin_loop();
+            continue;
+        }
         if n <= 0 {
             return false;
         }
@@ -172,6 +271,10 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> bool {
     while done < buf.len() {
         // SAFETY: reading into a valid buffer range.
         let n = unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done) };
+        if n < 0 && would_block() {
+            std::hint::spin_loop();
+            continue;
+        }
         if n <= 0 {
             return false;
         }
@@ -180,22 +283,41 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> bool {
     true
 }
 
+fn set_nonblocking(fd: RawFd) -> anyhow::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor the caller owns; no pointers involved.
+    let ok = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()).context("setting O_NONBLOCK")
+    }
+}
+
 /// Ping-pong of `size`-byte messages over a pair of byte streams (`parent_tx -> child_rx`,
-/// `child_tx -> parent_rx`), blocking reads and writes. `child_owned` holds the child's
+/// `child_tx -> parent_rx`), waiting as `wait` says. `child_owned` holds the child's
 /// descriptors; the parent closes its copies after the fork so that the child's death shows
 /// as end-of-file.
 fn stream_rtt(
     o: &BenchOptions,
     samples: usize,
     size: usize,
+    wait: StreamWait,
     (parent_tx, parent_rx): (RawFd, RawFd),
     (child_rx, child_tx): (RawFd, RawFd),
     child_owned: Vec<OwnedFd>,
 ) -> anyhow::Result<Vec<u64>> {
+    if wait == StreamWait::Poll {
+        for fd in [parent_tx, parent_rx, child_rx, child_tx] {
+            set_nonblocking(fd)?;
+        }
+    }
     let total = o.warmup.min(1000) + samples;
     let child = spawn_pinned(o.child_hart, || {
-        let mut buf = [0u8; 4096];
-        let b = &mut buf[..size];
+        let mut buf = vec![0u8; size];
+        let b = &mut buf[..];
         for _ in 0..total {
             if !read_exact(child_rx, b) || !write_all(child_tx, b) {
                 return 1;
@@ -210,7 +332,8 @@ fn stream_rtt(
     for i in 0..total {
         let t0 = now_ns();
         if !write_all(parent_tx, &msg) || !read_exact(parent_rx, &mut back) {
-            bail!("stream ping-pong peer went away");
+            let err = std::io::Error::last_os_error();
+            bail!("stream ping-pong ({size} B, {wait:?}) failed at round trip {i}: the peer went away or {err}");
         }
         let dt = now_ns() - t0;
         if i >= o.warmup.min(1000) {
@@ -227,7 +350,12 @@ fn owned_pair(fds: [RawFd; 2]) -> (OwnedFd, OwnedFd) {
 }
 
 /// Unix-domain stream socket pair ping-pong of `size` bytes.
-pub(crate) fn uds_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn uds_rtt(
+    o: &BenchOptions,
+    samples: usize,
+    size: usize,
+    wait: StreamWait,
+) -> anyhow::Result<Vec<u64>> {
     let mut fds = [-1; 2];
     // SAFETY: `fds` is a valid two-element array.
     if unsafe {
@@ -247,6 +375,7 @@ pub(crate) fn uds_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow::
         o,
         samples,
         size,
+        wait,
         (p.as_raw_fd(), p.as_raw_fd()),
         (c_raw, c_raw),
         vec![c],
@@ -254,7 +383,12 @@ pub(crate) fn uds_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow::
 }
 
 /// Pipe ping-pong of `size` bytes (two pipes, one per direction).
-pub(crate) fn pipe_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn pipe_rtt(
+    o: &BenchOptions,
+    samples: usize,
+    size: usize,
+    wait: StreamWait,
+) -> anyhow::Result<Vec<u64>> {
     let mut down = [-1; 2];
     let mut up = [-1; 2];
     // SAFETY: valid two-element arrays.
@@ -271,6 +405,7 @@ pub(crate) fn pipe_rtt(o: &BenchOptions, samples: usize, size: usize) -> anyhow:
         o,
         samples,
         size,
+        wait,
         (down_w.as_raw_fd(), up_r.as_raw_fd()),
         child_ends,
         vec![down_r, up_w],

@@ -51,21 +51,25 @@ pub struct Common {
 #[derive(Subcommand, Debug)]
 enum Which {
     /// Multiplexing accuracy (seed 004 section 3.2): reserved cells keep their throughput
-    /// beside others; two best-effort cells split a hart evenly.
+    /// beside others; two best-effort cells split a hart evenly; requested vs delivered share
+    /// per policy; time-multiplexing latency per policy (seed 004 Table 2).
     Mux(Common),
     /// Interactivity under 128 CPU-bound threads (seed 003): a periodic task's wake-up latency
     /// on plain Linux, in a dedicated cell, and as SCHED_FIFO 99.
     Isolation(Common),
     /// Latency of a 3-cell change, request to enforced (seed 004 section 3.3).
     Update(Common),
-    /// Gang-scheduled windows of a 2-hart time-triggered cell: skew between harts, window
-    /// entry, and adaptation latency of resizes (seed 004 Tables 1-2, issue 4).
+    /// Gang-scheduled windows of a 2-hart time-triggered cell: skew between harts as the kernel
+    /// delivers it and after the runtime's alignment spin, the time-triggered multiplexing
+    /// latency, and adaptation latency of resizes, beside a FIFO-99 plain-Linux gang (seed 004
+    /// Tables 1-2, issue 4).
     Gang(Common),
     /// The live-music proof (seed 000): SLABS emulator and Migrator synthesizer in cells, alone
     /// and with interference cells, against plain Linux and SCHED_FIFO 99 baselines.
     Music(music::MusicArgs),
-    /// Channel round trips and throughput between two processes on two harts, against a bare
-    /// shared-memory flag, a futex, a Unix socket and a pipe (seed 003, seed 001 Table 1).
+    /// Channel round trips and throughput between two processes on two harts at the seed
+    /// tables' sizes, against a bare shared-memory flag, a futex, and a Unix socket and a pipe
+    /// both blocking and spinning (seed 003, seed 001 Table 1).
     Channel(ChannelArgs),
     /// The network service's guarantees (seed 000 section 4.2, Fig. 8): the music pair through
     /// the service beside an abusive streaming client, without and with reservations.

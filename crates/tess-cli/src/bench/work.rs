@@ -46,6 +46,8 @@ pub enum ProbePolicy {
     Other,
     /// SCHED_FIFO 99.
     Fifo99,
+    /// Whatever policy the probe started with (the cell's, when run in one).
+    Keep,
 }
 
 /// `probe`.
@@ -151,13 +153,16 @@ pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
         }
         WorkCmd::Probe(a) => {
             let policy = match a.policy {
-                ProbePolicy::Other => Policy::OTHER,
-                ProbePolicy::Fifo99 => Policy::Fifo { priority: 99 },
+                ProbePolicy::Other => Some(Policy::OTHER),
+                ProbePolicy::Fifo99 => Some(Policy::Fifo { priority: 99 }),
+                ProbePolicy::Keep => None,
             };
             if let Some(h) = a.hart {
                 tess_sched::affinity::set_affinity(0, &tess_sched::HartSet::single(h))?;
             }
-            attr::set_policy(0, policy, 0)?;
+            if let Some(policy) = policy {
+                attr::set_policy(0, policy, 0)?;
+            }
             if a.mlock {
                 // SAFETY: mlockall only changes how this process's pages are kept resident.
                 let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };

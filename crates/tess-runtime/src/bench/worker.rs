@@ -57,8 +57,13 @@ impl WorkerArgs {
 pub struct WorkerResult {
     /// Windows in which both harts ran.
     pub matched_windows: usize,
-    /// Largest minus smallest window entry across the harts, per window (us).
+    /// Largest minus smallest window entry across the harts, per window, after the runtime's
+    /// alignment spin to the scheduled start (us).
     pub skew_us: Summary,
+    /// Largest minus smallest kernel release across the harts, per window: when each hart's
+    /// thread actually ran again after the kernel released it, before any spinning (us).
+    #[serde(default)]
+    pub kernel_skew_us: Summary,
     /// Entry minus scheduled start, every hart and window (us).
     pub entry_us: Summary,
     /// Kernel release minus grid point, every hart and window (us).
@@ -178,25 +183,41 @@ pub fn worker_main(args: WorkerArgs) -> anyhow::Result<i32> {
 /// Skew, entry, release and spin statistics from per-vhart window records.
 pub fn summarise(recs: &[Vec<WindowInfo>]) -> WorkerResult {
     use std::collections::BTreeMap;
-    let mut by_index: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    // Per window index: (entered, released) of each hart that ran it.
+    let mut by_index: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     let (mut entry, mut release, mut spin) = (Vec::new(), Vec::new(), Vec::new());
     for rec in recs {
         for w in rec {
-            by_index.entry(w.index).or_default().push(w.entered_ns);
+            by_index
+                .entry(w.index)
+                .or_default()
+                .push((w.entered_ns, w.released_ns));
             entry.push(w.entered_ns.saturating_sub(w.start_ns));
             release.push(w.released_ns.saturating_sub(w.grid_ns));
             spin.push(w.spin_ns);
         }
     }
     let harts = recs.iter().filter(|r| !r.is_empty()).count();
-    let skew: Vec<u64> = by_index
+    let spread = |xs: &mut dyn Iterator<Item = u64>| {
+        let (lo, hi) = xs.fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        hi.saturating_sub(lo)
+    };
+    let complete: Vec<&Vec<(u64, u64)>> = by_index
         .values()
         .filter(|e| e.len() == harts && harts >= 2)
-        .map(|e| e.iter().max().unwrap_or(&0) - e.iter().min().unwrap_or(&0))
+        .collect();
+    let skew: Vec<u64> = complete
+        .iter()
+        .map(|e| spread(&mut e.iter().map(|x| x.0)))
+        .collect();
+    let kernel_skew: Vec<u64> = complete
+        .iter()
+        .map(|e| spread(&mut e.iter().map(|x| x.1)))
         .collect();
     WorkerResult {
         matched_windows: skew.len(),
         skew_us: Summary::of_ns_as_us(&skew),
+        kernel_skew_us: Summary::of_ns_as_us(&kernel_skew),
         entry_us: Summary::of_ns_as_us(&entry),
         release_us: Summary::of_ns_as_us(&release),
         spin_us: Summary::of_ns_as_us(&spin),
@@ -210,22 +231,26 @@ mod tests {
 
     #[test]
     fn skew_is_the_spread_of_entries_per_window() {
-        let w = |index, entered_ns| WindowInfo {
+        let w = |index, entered_ns, released_late_ns| WindowInfo {
             index,
             grid_ns: index * 1000,
             start_ns: index * 1000 + 100,
             entered_ns,
-            released_ns: index * 1000 + 30,
+            released_ns: index * 1000 + released_late_ns,
             end_ns: index * 1000 + 380,
             spin_ns: 70,
         };
         let recs = vec![
-            vec![w(1, 1100), w(2, 2102), w(3, 3100)],
-            vec![w(1, 1101), w(2, 2100)],
+            vec![w(1, 1100, 30), w(2, 2102, 30), w(3, 3100, 30)],
+            vec![w(1, 1101, 35), w(2, 2100, 42)],
         ];
         let r = summarise(&recs);
         assert_eq!(r.matched_windows, 2);
         assert_eq!(r.skew_us.max, 0.002);
+        // The kernel's spread (5 and 12 ns), not the spread after the spin (1 and 2 ns).
+        assert_eq!(r.kernel_skew_us.count, 2);
+        assert_eq!(r.kernel_skew_us.max, 0.012);
+        assert_eq!(r.kernel_skew_us.min, 0.005);
         assert_eq!(r.release_us.median, 0.03);
     }
 
