@@ -205,8 +205,19 @@ pub struct EmulatorReport {
 impl EmulatorReport {
     /// The report of a device that could not play at all (its process was starved, as a
     /// SCHED_FIFO 99 swarm on plain Linux does to it): `packages` expected, none answered,
-    /// every one missed.
+    /// every one missed. Its response times are undefined (NaN, `null` in JSON): no answer
+    /// came at all, so no percentile of them exists.
     pub fn starved(packages: u64, target: String) -> EmulatorReport {
+        let none = Summary {
+            count: 0,
+            mean: f64::NAN,
+            stdev: f64::NAN,
+            min: f64::NAN,
+            median: f64::NAN,
+            p99: f64::NAN,
+            p999: f64::NAN,
+            max: f64::NAN,
+        };
         EmulatorReport {
             gesture: String::new(),
             target,
@@ -220,12 +231,12 @@ impl EmulatorReport {
             unexpected_answers: 0,
             incomplete_answers: 0,
             deadline_us: slabs::DEADLINE_NS as f64 / 1000.0,
-            response_us: Summary::default(),
-            send_lateness_us: Summary::default(),
-            host_compute_us: Summary::default(),
-            after_last_packet_us: Summary::default(),
+            response_us: none,
+            send_lateness_us: none,
+            host_compute_us: none,
+            after_last_packet_us: none,
             tx_kernel_stamps: 0,
-            send_delay_us: Summary::default(),
+            send_delay_us: none,
         }
     }
 }

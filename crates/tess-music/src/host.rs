@@ -205,7 +205,11 @@ impl HostReport {
             packages,
             misses: packages,
             deadline_us: crate::slabs::DEADLINE_NS as f64 / 1000.0,
-            response_us: Summary::default(),
+            response_us: Summary {
+                p999: f64::NAN,
+                max: f64::NAN,
+                ..Summary::default()
+            },
             compute_us: Summary::default(),
             hart_fraction_mean: 0.0,
             workers: 0,

@@ -216,6 +216,7 @@ impl Engine {
         } else {
             kernel::deadline_capacity(&kpaths)?
         };
+        kernel::exact_deadline_enforcement(&kpaths, &store);
         if backend.group_servers().is_some() {
             kernel::shorten_rr_timeslice(&kpaths, &store)
                 .context("shortening sched_rr_timeslice_ms for group servers")?;

@@ -15,6 +15,14 @@
 //!   so a thread that wakes beside a busy one waits up to a slice (100 ms by default, which
 //!   under a 20% budget is half a second of wall time). tess shortens it to one scheduler tick.
 //!   It applies to every `SCHED_RR` thread of the system (few exist; `SCHED_FIFO` is unaffected).
+//! - The scheduler feature `HRTICK_DL` (`/sys/kernel/debug/sched/features`). Without it the
+//!   kernel notices that a `SCHED_DEADLINE` thread has used up its budget only at the next
+//!   scheduler tick, so a 200 us window can run for up to a tick (4 ms at HZ=250) before it is
+//!   throttled; the overrun is paid back later, but everything below it on that hart waits
+//!   meanwhile (measured: a time-triggered video cell's 200 us window held the shared hart for
+//!   3.9 ms, `docs/architecture.md`). With `HRTICK_DL` a high-resolution timer ends the budget
+//!   on time. Distribution kernels ship it off, and a kernel in lockdown (integrity) refuses
+//!   the write: tessd then logs that budgets are enforced per tick and goes on.
 
 use crate::store::Store;
 use anyhow::{Context, Result};
@@ -48,6 +56,10 @@ impl KernelPaths {
 
     fn irq_dir(&self) -> PathBuf {
         self.proc_root.join("irq")
+    }
+
+    fn sched_features(&self) -> PathBuf {
+        self.sys_root.join("kernel/debug/sched/features")
     }
 
     fn workqueue_mask(&self) -> PathBuf {
@@ -266,6 +278,58 @@ pub fn shorten_rr_timeslice(paths: &KernelPaths, store: &Store) -> Result<()> {
     write(&paths.rr_timeslice(), GROUP_RR_TIMESLICE_MS)
 }
 
+/// How precisely the kernel ends a `SCHED_DEADLINE` budget (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineEnforcement {
+    /// `HRTICK_DL` is on: a budget ends when it is used up.
+    Exact,
+    /// Only at the next scheduler tick: a reservation can overrun by up to a tick.
+    PerTick,
+}
+
+/// Turns the scheduler feature `HRTICK_DL` on if it is off and the kernel lets us (saving the
+/// original for teardown), and says how budgets are enforced afterwards.
+pub fn exact_deadline_enforcement(paths: &KernelPaths, store: &Store) -> DeadlineEnforcement {
+    let file = paths.sched_features();
+    let Ok(features) = read_trim(&file) else {
+        tracing::warn!(
+            "{} is not readable (no debugfs, or kernel lockdown): SCHED_DEADLINE budgets are enforced at the scheduler tick, so a reservation may overrun its budget by up to a tick",
+            file.display()
+        );
+        return DeadlineEnforcement::PerTick;
+    };
+    let words: Vec<&str> = features.split_whitespace().collect();
+    if words.contains(&"HRTICK_DL") {
+        return DeadlineEnforcement::Exact;
+    }
+    if !words.contains(&"NO_HRTICK_DL") {
+        tracing::warn!("this kernel has no HRTICK_DL feature: SCHED_DEADLINE budgets are enforced at the scheduler tick");
+        return DeadlineEnforcement::PerTick;
+    }
+    if store
+        .saved("sched_feature/HRTICK_DL")
+        .ok()
+        .flatten()
+        .is_none()
+        && store
+            .save_original("sched_feature/HRTICK_DL", "NO_HRTICK_DL")
+            .is_err()
+    {
+        return DeadlineEnforcement::PerTick;
+    }
+    match write(&file, "HRTICK_DL") {
+        Ok(()) => {
+            tracing::info!("turned on HRTICK_DL: SCHED_DEADLINE budgets end on time");
+            DeadlineEnforcement::Exact
+        }
+        Err(e) => {
+            let _ = store.forget_saved("sched_feature/HRTICK_DL");
+            tracing::warn!("cannot turn on HRTICK_DL ({e:#}): SCHED_DEADLINE budgets are enforced at the scheduler tick, so a reservation may overrun its budget by up to a tick");
+            DeadlineEnforcement::PerTick
+        }
+    }
+}
+
 /// Restores every saved setting (teardown).
 pub fn restore_all(paths: &KernelPaths, store: &Store) -> Result<()> {
     let all = tess_sched::online_harts().unwrap_or_default();
@@ -281,6 +345,12 @@ pub fn restore_all(paths: &KernelPaths, store: &Store) -> Result<()> {
     if let Some(orig) = store.saved("sysctl/sched_rr_timeslice_ms")? {
         write(&paths.rr_timeslice(), &orig)?;
         store.forget_saved("sysctl/sched_rr_timeslice_ms")?;
+    }
+    if let Some(orig) = store.saved("sched_feature/HRTICK_DL")? {
+        match write(&paths.sched_features(), &orig) {
+            Ok(()) => store.forget_saved("sched_feature/HRTICK_DL")?,
+            Err(e) => tracing::warn!("cannot restore the HRTICK_DL scheduler feature: {e:#}"),
+        }
     }
     Ok(())
 }
@@ -373,5 +443,28 @@ mod tests {
         assert_eq!(read(paths.irq_dir().join("26/smp_affinity_list")), "1");
         assert_eq!(read(paths.irq_dir().join("default_smp_affinity")), "3");
         assert!(store.saved_with_prefix("irq/").unwrap().is_empty());
+    }
+
+    #[test]
+    fn hrtick_dl_is_turned_on_and_restored() {
+        let (dir, paths) = fake_kernel();
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        // No debugfs: per tick, nothing written.
+        assert_eq!(
+            exact_deadline_enforcement(&paths, &store),
+            DeadlineEnforcement::PerTick
+        );
+        let features = dir.path().join("sys/kernel/debug/sched/features");
+        std::fs::create_dir_all(features.parent().unwrap()).unwrap();
+        std::fs::write(&features, "GENTLE_FAIR_SLEEPERS NO_HRTICK NO_HRTICK_DL\n").unwrap();
+        assert_eq!(
+            exact_deadline_enforcement(&paths, &store),
+            DeadlineEnforcement::Exact
+        );
+        // The fake file takes the write as is (the real one sets the one feature).
+        assert_eq!(std::fs::read_to_string(&features).unwrap(), "HRTICK_DL");
+        restore_all(&paths, &store).unwrap();
+        assert_eq!(std::fs::read_to_string(&features).unwrap(), "NO_HRTICK_DL");
+        assert!(store.saved("sched_feature/HRTICK_DL").unwrap().is_none());
     }
 }

@@ -11,9 +11,9 @@ mod isolation;
 mod music;
 mod mux;
 mod net;
+mod record;
 mod reserve;
 mod rtapp;
-mod record;
 mod support;
 mod update;
 pub mod work;
@@ -46,6 +46,9 @@ pub struct Common {
     /// Exit with status 1 if a target is missed.
     #[arg(long, global = true)]
     pub check: bool,
+    /// Also write the JSON report to this file (the tables still go to stdout).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub json_out: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -156,6 +159,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
     };
+    if let Some(path) = &common.json_out {
+        std::fs::write(path, report.render_json())
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     if common.json {
         println!("{}", report.render_json());
     } else {

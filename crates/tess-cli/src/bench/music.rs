@@ -477,8 +477,12 @@ impl Plan<'_> {
     }
 }
 
-/// The median of `values` (NaN when empty).
+/// The median of `values`; NaN when there is none (a scenario in which no package was
+/// answered has no response percentiles).
 fn median(values: &[f64]) -> f64 {
+    if values.iter().all(|v| v.is_nan()) {
+        return f64::NAN;
+    }
     Summary::of(values).median
 }
 
@@ -558,6 +562,9 @@ fn per_round(rounds: &[Round], name: &str, f: impl Fn(&ScenarioResult) -> f64) -
 
 /// `median (min-max)` of per-round values, or just the value for one round.
 fn spread(values: &[f64], decimals: usize) -> String {
+    if values.iter().all(|v| v.is_nan()) {
+        return "none answered".into();
+    }
     let s = Summary::of(values);
     if values.len() <= 1 {
         format!("{:.*}", decimals, s.median)
