@@ -283,10 +283,11 @@ fn run_confines_programs_and_reserves_cpu() {
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
     // A program with a child and a thread: everything lands in the cell, on hart 1, under the
     // reservation: one RT group server on cgroup v1 with RT group scheduling (every thread
-    // SCHED_RR 1), else SCHED_DEADLINE with the budget split.
+    // SCHED_RR at the rate-monotonic priority of a 10 ms period, 31), else SCHED_DEADLINE with
+    // the budget split.
     let group = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").exists();
     let served = if group {
-        "SCHED_RR 1"
+        "SCHED_RR 31"
     } else {
         "SCHED_DEADLINE"
     };

@@ -64,7 +64,7 @@ fn a_busy_thread_beside_idle_ones_gets_the_whole_reservation() {
         if let Some((name, _)) = run {
             let v = d.json(&["cell", "show", &name]);
             let th = v["threads"].as_array().unwrap().clone();
-            if th.len() >= 5 && th.iter().all(|t| t["sched"] == "SCHED_RR 1") {
+            if th.len() >= 5 && th.iter().all(|t| t["sched"] == "SCHED_RR 31") {
                 let dir = format!("/sys/fs/cgroup/cpu/{}/cells/{name}", d.group);
                 assert_eq!(read(format!("{dir}/cpu.rt_runtime_us")), "2000");
                 assert_eq!(read(format!("{dir}/cpu.rt_period_us")), "10000");

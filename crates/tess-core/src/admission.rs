@@ -23,9 +23,11 @@
 //! 6. **Group servers** (cgroup v1 with RT group scheduling, [`Capacity::group_servers`]): an
 //!    event-triggered cell is then served by its cpu cgroup's RT bandwidth `(B_g, P_g)` instead
 //!    of per-thread `SCHED_DEADLINE` (see `docs/architecture.md`, "Reservations belong to
-//!    cells"). Every `SCHED_DEADLINE` thread preempts it, and other group servers at the same
-//!    RT priority may run ahead of it, so it is guaranteed `B_g` in each of its periods when
-//!    `B_g + sum_i W_i(P_g) <= P_g * limit`, with `W_i(t) = min(t, ceil((t + D_i) / T_i) * C_i)`
+//!    cells"). Group servers run at rate-monotonic RT priorities ([`group_priority`]: the
+//!    shorter the period, the higher). Every `SCHED_DEADLINE` thread preempts a group server,
+//!    and so does every group server of the same or a higher priority on its hart, so it is
+//!    guaranteed `B_g` in each of its periods when `B_g + sum_i W_i(P_g) <= P_g * limit` over
+//!    those, with `W_i(t) = min(t, ceil((t + D_i) / T_i) * C_i)`
 //!    the most a server `(C_i, D_i, T_i)` can run in any interval of length `t` (a job runs
 //!    between its release and its deadline, releases are at least `T_i` apart). Best-effort
 //!    cells (CFS) never delay it. The kernel checks RT bandwidth per cgroup, not per hart: the
@@ -446,6 +448,20 @@ pub fn check_hart(
     group_supply(hart, &groups, &preempting, cap.utilization_limit)
 }
 
+/// The highest RT priority tess gives a group server: below the `SCHED_FIFO` 50-99 range where
+/// users' real-time programs (a dedicated cell's synthesizer at 99) and threaded interrupts live.
+pub const GROUP_PRIORITY_MAX: u32 = 49;
+
+/// The RT priority of a group server with period `period`, rate monotonic: one step down from
+/// [`GROUP_PRIORITY_MAX`] for each doubling of the period above 100 us, three priorities a step,
+/// never below 1. Worked example: 3 ms -> 37, 5 ms -> 34, 10 ms -> 31, 40 ms -> 25, 100 ms -> 22.
+/// Servers whose periods fall in one doubling share a priority and are admitted as preempting
+/// each other.
+pub fn group_priority(period: Duration) -> u32 {
+    let steps = (period.as_micros().max(100) / 100).ilog2();
+    GROUP_PRIORITY_MAX.saturating_sub(3 * steps).max(1)
+}
+
 /// Rule 6 on one hart: each group server gets its budget in every one of its periods.
 fn group_supply(
     hart: usize,
@@ -455,9 +471,14 @@ fn group_supply(
 ) -> Result<(), AdmissionError> {
     for (g, sg) in groups {
         let p = sg.period.as_nanos();
+        let rank = group_priority(sg.period);
         let cells: Vec<(String, Duration)> = preempting
             .iter()
-            .chain(groups.iter().filter(|(n, _)| n != g))
+            .chain(
+                groups
+                    .iter()
+                    .filter(|(n, s)| n != g && group_priority(s.period) >= rank),
+            )
             .map(|(n, s)| (n.clone(), Duration::from_nanos(max_work(s, p) as u64)))
             .collect();
         let interference: Duration = cells.iter().map(|c| c.1).sum();
@@ -899,6 +920,20 @@ mod tests {
         cap.group_servers = None;
         d.cells.get_mut("h").unwrap().spec.policy = tt(5.0, 1.5, 3.0);
         assert!(check(&d, &cap).is_ok());
+    }
+
+    #[test]
+    fn group_priorities_are_rate_monotonic() {
+        assert_eq!(group_priority(ms(3.0)), 37);
+        assert_eq!(group_priority(ms(5.0)), 34);
+        assert_eq!(group_priority(ms(10.0)), 31);
+        assert_eq!(group_priority(ms(40.0)), 25);
+        assert_eq!(group_priority(ms(100.0)), 22);
+        assert_eq!(
+            group_priority(Duration::from_micros(10)),
+            GROUP_PRIORITY_MAX
+        );
+        assert_eq!(group_priority(Duration::from_secs(100_000)), 1);
     }
 
     #[test]

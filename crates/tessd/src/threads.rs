@@ -32,7 +32,7 @@
 
 mod group;
 
-pub use group::{GROUP_POLICY, GROUP_PRIORITY};
+pub use group::group_policy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! shell behind `timeout` got 10% of a hart, not 20%. AQuoSA's `qres_wrap` serves every thread
 //! of a program from one server, and so does this: the cell's cpu cgroup gets RT bandwidth
 //! `cpu.rt_runtime_us = B`, `cpu.rt_period_us = P` (enforced on each hart by the kernel's RT
-//! throttling), and every thread of the cell runs `SCHED_RR` at [`GROUP_PRIORITY`] inside it.
+//! throttling), and every thread of the cell runs `SCHED_RR` at its rate-monotonic priority ([`group_policy`]) inside it.
 //! Any runnable thread may draw on the budget, RT beats every CFS task, and the group is
 //! throttled at `B` per `P` on each hart. `SCHED_DEADLINE` threads (time-triggered cells, other
 //! hosts' reservations) preempt it, which admission accounts for (rule 6 of
@@ -26,14 +26,15 @@ use tess_cgroup::Backend;
 use tess_core::layout::CellLayout;
 use tess_sched::{affinity, attr, Policy};
 
-/// RT priority of group-served threads: the lowest, so that every other real-time thread (a
-/// dedicated cell's `SCHED_FIFO` 99 synthesizer, kernel interrupt threads) still wins.
-pub const GROUP_PRIORITY: u32 = 1;
-
-/// The policy of a group-served thread.
-pub const GROUP_POLICY: Policy = Policy::RoundRobin {
-    priority: GROUP_PRIORITY,
-};
+/// The policy of the threads of a group server with period `period`: `SCHED_RR` at the
+/// rate-monotonic priority admission assumed ([`tess_core::admission::group_priority`], 1-49),
+/// below every `SCHED_FIFO` 50-99 program (a dedicated cell's synthesizer) and interrupt
+/// thread.
+pub fn group_policy(period: std::time::Duration) -> Policy {
+    Policy::RoundRobin {
+        priority: tess_core::admission::group_priority(period),
+    }
+}
 
 impl ThreadManager {
     /// Brings every thread of group-served cell `cell` under its cell's RT bandwidth: pinned to
@@ -45,6 +46,11 @@ impl ThreadManager {
         layout: &CellLayout,
     ) -> Result<SyncReport, ThreadError> {
         let slots = &layout.thread_slots;
+        let policy = group_policy(
+            layout
+                .reservation
+                .map_or(std::time::Duration::from_secs(1), |r| r.period),
+        );
         let mut tids = backend.threads(cell)?;
         tids.sort_unstable();
         let present: std::collections::HashSet<i32> = tids.iter().copied().collect();
@@ -132,7 +138,7 @@ impl ThreadManager {
                 // Asked to run only when nothing else wants the hart: left so.
                 Policy::Idle => report.overflow += 1,
                 _ => {
-                    ok_or_gone(attr::set_policy(tid, GROUP_POLICY, 0)).map_err(sched_err)?;
+                    ok_or_gone(attr::set_policy(tid, policy, 0)).map_err(sched_err)?;
                     report.changes += 1;
                     report.reserved += 1;
                 }
@@ -150,5 +156,5 @@ impl ThreadManager {
 /// Whether a thread runs as tess made group-served threads run (so that releasing a cell, even
 /// after a daemon restart, takes exactly those out of real-time).
 pub fn is_group_served(policy: Policy) -> bool {
-    policy == GROUP_POLICY
+    matches!(policy, Policy::RoundRobin { priority } if (1..=tess_core::admission::GROUP_PRIORITY_MAX).contains(&priority))
 }
