@@ -219,6 +219,18 @@ pub enum AdmissionError {
         /// Each cell's share.
         cells: Vec<(String, f64)>,
     },
+    /// Group servers on more than one hart (rule 6).
+    #[error("cell '{cell}' (on harts {harts}) cannot be an RT group server beside '{other}' (on hart {other_hart}): the kernel's RT bandwidth timer refills a group only on the harts of the scheduling domain it fires in, and tess gives reserved harts domains of their own, so group servers on two harts would freeze one of them; put every event-triggered cell on hart {other_hart} (`--hart-ids {other_hart}`, `hart-ids = [{other_hart}]`)")]
+    GroupHarts {
+        /// The cell that would add a hart.
+        cell: String,
+        /// Its harts.
+        harts: HartSet,
+        /// A group server already placed.
+        other: String,
+        /// That cell's hart.
+        other_hart: usize,
+    },
     /// A pinned cell would change.
     #[error("cell '{cell}' is pinned: its allocation cannot change (unpin it first with `tess cell unpin {cell}`)")]
     Pinned {
@@ -346,6 +358,41 @@ pub fn check(cluster: &Cluster, cap: &Capacity) -> Result<Admitted, AdmissionErr
             .filter(|c| c.policy().is_event_triggered())
             .map(|c| (c.name().to_string(), c.policy().utilization()))
             .collect();
+        // One hart for all group servers: the kernel's RT period timer of a group (and of the
+        // parents every group server shares) runs on one CPU and refills only the harts of that
+        // CPU's root domain; a group server on a hart of another domain is never refilled and
+        // freezes, SIGKILL included, once it has used its parents' runtime (seen in `tess bench
+        // rtapp` with servers on harts 0 and 1). So every group server sits on one hart.
+        let mut first: Option<(&str, usize)> = None;
+        for c in cluster
+            .cells
+            .values()
+            .filter(|c| c.policy().is_event_triggered())
+        {
+            let single = (c.harts.len() == 1)
+                .then(|| c.harts.iter().next())
+                .flatten();
+            match (first, single) {
+                (None, Some(h)) => first = Some((c.name(), h)),
+                (Some((_, h0)), Some(h)) if h == h0 => {}
+                (Some((other, h0)), _) => {
+                    return Err(AdmissionError::GroupHarts {
+                        cell: c.name().into(),
+                        harts: c.harts.clone(),
+                        other: other.into(),
+                        other_hart: h0,
+                    })
+                }
+                (None, None) => {
+                    return Err(AdmissionError::GroupHarts {
+                        cell: c.name().into(),
+                        harts: c.harts.clone(),
+                        other: c.name().into(),
+                        other_hart: c.harts.iter().next().unwrap_or(0),
+                    })
+                }
+            }
+        }
         let demand = cells.iter().map(|c| c.1).sum::<f64>() + 0.0;
         if demand > limit + 1e-9 {
             return Err(AdmissionError::GroupLimit {
@@ -937,11 +984,29 @@ mod tests {
     }
 
     #[test]
-    fn group_servers_share_one_kernel_rt_limit_across_harts() {
+    fn group_servers_sit_on_one_hart() {
+        let mut cap = cap();
+        cap.group_servers = Some(0.9);
+        let c = cluster(vec![
+            cell("a", et(10.0, 1.0), "0"),
+            cell("b", et(10.0, 1.0), "1"),
+        ]);
+        let e = check(&c, &cap).unwrap_err();
+        assert!(
+            matches!(&e, AdmissionError::GroupHarts { cell, other_hart: 0, .. } if cell == "b"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--hart-ids 0"), "{e}");
+        cap.group_servers = None;
+        assert!(check(&c, &cap).is_ok());
+    }
+
+    #[test]
+    fn group_servers_share_one_kernel_rt_limit() {
         let mut cap = cap();
         cap.group_servers = Some(0.5);
         let c = cluster(vec![
-            cell("a", et(10.0, 3.0), "0"),
+            cell("a", et(10.0, 3.0), "1"),
             cell("b", et(10.0, 3.0), "1"),
         ]);
         let e = check(&c, &cap).unwrap_err();

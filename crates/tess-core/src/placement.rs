@@ -127,14 +127,27 @@ fn place_shared(
             Err(e) => reasons.push(e.to_string()),
         }
     }
+    // Group servers (event-triggered cells on cgroup v1) all sit on one hart (admission rule
+    // 6): a new one goes where the others are.
+    let group_hart = |h: usize| {
+        cap.group_servers.is_some()
+            && cluster.cells[name].policy().is_event_triggered()
+            && cluster
+                .cells_on(h)
+                .any(|c| c.name() != name && c.policy().is_event_triggered())
+    };
     // The cell's own harts first, lowest first (a resize moves nothing that can stay, and a
     // runtime's first threads sit on its lowest harts while shrinking retires the highest);
-    // then the least loaded, on ties the higher hart id (hart 0 is the system's favourite).
+    // then a group server's hart for a group server; then the least loaded, on ties the higher
+    // hart id (hart 0 is the system's favourite).
     feasible.sort_by(|a, b| match (before.contains(a.1), before.contains(b.1)) {
         (true, true) => a.1.cmp(&b.1),
         (true, false) => std::cmp::Ordering::Less,
         (false, true) => std::cmp::Ordering::Greater,
-        (false, false) => a.0.partial_cmp(&b.0).expect("finite").then(b.1.cmp(&a.1)),
+        (false, false) => group_hart(b.1)
+            .cmp(&group_hart(a.1))
+            .then(a.0.partial_cmp(&b.0).expect("finite"))
+            .then(b.1.cmp(&a.1)),
     });
     if feasible.len() < n {
         return Err(AdmissionError::NotEnoughHarts {

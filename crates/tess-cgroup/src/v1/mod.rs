@@ -151,27 +151,19 @@ impl V1 {
                 Self::rt_target(layout.cells.get(&name)).unwrap_or((0, cur_period));
             cpu::shrink_rt(&self.fs, &dir, runtime, period)?;
         }
-        // The parents get all the RT bandwidth the kernel allows per second (their period), not
-        // the sum of their children. A parent holding exactly the sum throttles as soon as its
-        // children's run time, counted over the parent's own 1-s period, drifts past it, and
-        // then holds every group server below it: seen in `tess bench rtapp`, a parent stayed
-        // throttled (rt_time 530 ms against a runtime of 260 ms) and its cell's threads, SIGKILL
-        // included, never ran again. With runtime = period the kernel never throttles a parent
-        // (`sched_rt_runtime_exceeded` returns early when runtime >= period); the children's
-        // own budgets are the servers, and admission (tess-core rule 6) keeps their sum within
-        // the kernel's RT ratio, which is also the most a parent may have.
-        let wanted_us: u64 = layout
+        // The parents hold, per second (their period), the sum of their children plus one budget
+        // of each: a child's run time counted over the parent's 1-s period can exceed
+        // `B * 1 s / P` by one budget, depending on how the periods align, and a parent holding
+        // the bare sum would then throttle every group server below it until its next second.
+        // (Admission keeps all group servers on one hart, where the parents' period timer runs:
+        // the kernel refills a group only on the harts of the domain its timer fires in.)
+        let need_us: u64 = layout
             .cells
             .values()
             .filter_map(|c| Self::rt_target(Some(c)))
-            .map(|(r, p)| (r * 1_000_000).div_ceil(p.max(1)))
-            .sum();
-        let need_us = if wanted_us == 0 {
-            0
-        } else {
-            let ratio = self.group_servers().unwrap_or(0.0).clamp(0.0, 1.0);
-            ((ratio * 1_000_000.0) as u64).max(wanted_us)
-        };
+            .map(|(r, p)| (r * 1_000_000).div_ceil(p.max(1)) + r)
+            .sum::<u64>()
+            .min(1_000_000);
         let top = self.top(&self.paths.cpu);
         let cur = cpu::rt_bandwidth(&self.fs, &top).map_or(0, |b| b.0.max(0) as u64);
         let order = if need_us > cur {

@@ -364,10 +364,14 @@ fn run_scenario(
             let mut cmd = match s {
                 Scenario::Tess => {
                     let mut c = Command::new(tess_exe());
+                    // Every reservation on the measured hart, like the baselines' pinning
+                    // (and group servers share one hart, docs/architecture.md).
                     c.args([
                         "run",
                         "--reserve",
                         &format!("{}us/{}us", t.budget_us(), t.period_us),
+                        "--hart-ids",
+                        &hart.to_string(),
                         "--",
                         "rt-app",
                     ]);

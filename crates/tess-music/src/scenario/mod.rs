@@ -510,26 +510,6 @@ pub fn run_scenario(
             interference::ep_process(&env.bin_dir, spec.interference.ep_threads.max(1)),
         )?);
     }
-    if spec.interference.rogue > 0 {
-        background.push(spawn(
-            Role::Rogue,
-            CommandSpec {
-                program: env.bin_dir.join("tess-rogue"),
-                args: vec![
-                    os("--swarm"),
-                    os(spec.interference.rogue.to_string()),
-                    // It stops by itself shortly after the run even if nobody can signal it.
-                    os("--seconds"),
-                    os(format!(
-                        "{}",
-                        (spec.duration + spec.warmup).as_secs_f64() + 60.0
-                    )),
-                ],
-                stdout: None,
-                stderr: Some(dir.join("rogue.log")),
-            },
-        )?);
-    }
     if spec.interference.any() {
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -602,6 +582,31 @@ pub fn run_scenario(
             });
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // The rogue swarm starts once the synthesizer listens: started before, it would starve the
+    // synthesizer's start-up itself on plain Linux (a CFS process until it makes itself
+    // SCHED_FIFO), and the scenario would measure nothing.
+    if spec.interference.rogue > 0 {
+        background.push(spawn(
+            Role::Rogue,
+            CommandSpec {
+                program: env.bin_dir.join("tess-rogue"),
+                args: vec![
+                    os("--swarm"),
+                    os(spec.interference.rogue.to_string()),
+                    // It stops by itself shortly after the run even if nobody can signal it.
+                    os("--seconds"),
+                    os(format!(
+                        "{}",
+                        (spec.duration + spec.warmup).as_secs_f64() + 60.0
+                    )),
+                ],
+                stdout: None,
+                stderr: Some(dir.join("rogue.log")),
+            },
+        )?);
+        std::thread::sleep(Duration::from_millis(500));
     }
 
     // 3. Emulator.
