@@ -113,6 +113,8 @@ pub struct Tessd {
     pub group: String,
     /// Extra environment for the daemon process (fault injection), used by [`Tessd::spawn`].
     pub env: Vec<(String, String)>,
+    /// Configuration file given with `--config` (see [`Tessd::configure`]).
+    config: Option<PathBuf>,
     tessd: PathBuf,
     child: Option<Child>,
     // Dropped last (fields drop in declaration order after `Drop::drop`): the reset runs
@@ -142,22 +144,37 @@ impl Tessd {
             group: format!("tess-it-{}-{n}", std::process::id()),
             dir,
             env: Vec::new(),
+            config: None,
             tessd,
             child: None,
             _lock: lock,
         }
     }
 
+    /// Gives the daemon a configuration file with `text` (tessd.toml syntax) before
+    /// [`Tessd::spawn`].
+    pub fn configure(&mut self, text: &str) {
+        let path = self.dir.path().join("tessd.toml");
+        std::fs::write(&path, text).expect("writing the daemon's configuration");
+        self.config = Some(path);
+    }
+
     /// The flags that make this daemon private (also given to `--reset`).
     pub fn args(&self) -> Vec<String> {
-        vec![
-            "--socket".into(),
-            self.socket.display().to_string(),
-            "--state-dir".into(),
-            self.dir.path().join("state").display().to_string(),
-            "--group".into(),
-            self.group.clone(),
-        ]
+        let config = self
+            .config
+            .iter()
+            .flat_map(|p| ["--config".to_string(), p.display().to_string()]);
+        config
+            .chain([
+                "--socket".into(),
+                self.socket.display().to_string(),
+                "--state-dir".into(),
+                self.dir.path().join("state").display().to_string(),
+                "--group".into(),
+                self.group.clone(),
+            ])
+            .collect()
     }
 
     /// Path of the daemon's log.

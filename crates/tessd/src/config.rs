@@ -11,6 +11,10 @@
 //! system-harts = 1          # harts that must stay shared (never dedicated)
 //! raise-kernel-limit = true # raise sched_rt_runtime_us so SCHED_DEADLINE can use 1 - headroom
 //! steer-irqs = true         # move IRQs off dedicated harts
+//! group-servers = false     # experimental (cgroup v1): one RT group budget per event-triggered
+//!                           # cell instead of splitting it between threads; off by default, as
+//!                           # the kernel refills a group's budget only in the scheduling domain
+//!                           # its timer fires in, and a group can freeze (docs/architecture.md)
 //! sweep-interval-ms = 500   # how often stray tasks are moved out of the cgroup root (v1)
 //!
 //! [quota.default]           # every non-root user without a quota of their own
@@ -73,6 +77,8 @@ pub struct Config {
     pub raise_kernel_limit: bool,
     /// Steer IRQs off dedicated harts.
     pub steer_irqs: bool,
+    /// Serve event-triggered cells by RT group bandwidth (experimental, cgroup v1).
+    pub group_servers: bool,
     /// Sweep interval.
     pub sweep_interval_ms: u64,
     /// Default quota for non-root users.
@@ -98,6 +104,7 @@ impl Default for Config {
             system_harts: 1,
             raise_kernel_limit: true,
             steer_irqs: true,
+            group_servers: false,
             sweep_interval_ms: 500,
             default_quota: Quota::default(),
             user_quotas: BTreeMap::new(),
@@ -120,6 +127,7 @@ struct RawConfig {
     system_harts: Option<usize>,
     raise_kernel_limit: Option<bool>,
     steer_irqs: Option<bool>,
+    group_servers: Option<bool>,
     sweep_interval_ms: Option<u64>,
     quota: Option<RawQuotas>,
 }
@@ -203,6 +211,9 @@ impl Config {
         }
         if let Some(v) = raw.raise_kernel_limit {
             c.raise_kernel_limit = v;
+        }
+        if let Some(v) = raw.group_servers {
+            c.group_servers = v;
         }
         if let Some(v) = raw.steer_irqs {
             c.steer_irqs = v;

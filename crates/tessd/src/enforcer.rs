@@ -30,6 +30,9 @@ pub struct Enforcer {
     pub spinners: crate::idle::Spinners,
     /// Foreign cgroups that undermine the layout (see `Backend::foreign_conflicts`).
     pub conflicts: Vec<String>,
+    /// Serve event-triggered cells by RT group bandwidth where the backend can (the
+    /// experimental `group-servers` setting).
+    pub group_servers: bool,
 }
 
 /// Fault injection for the crash tests: `TESSD_FAULT_PAUSE_US` pauses this long between the
@@ -69,6 +72,7 @@ impl Enforcer {
             irqs_steered: 0,
             spinners,
             conflicts: Vec::new(),
+            group_servers: false,
         }
     }
 
@@ -84,7 +88,7 @@ impl Enforcer {
             &self.all,
             &self.managed,
             self.backend.domain_mode(),
-            self.backend.group_servers().is_some(),
+            self.group_servers && self.backend.group_servers().is_some(),
         )
     }
 

@@ -217,7 +217,12 @@ impl Engine {
             kernel::deadline_capacity(&kpaths)?
         };
         kernel::exact_deadline_enforcement(&kpaths, &store);
-        if backend.group_servers().is_some() {
+        let group_servers = if config.group_servers {
+            backend.group_servers()
+        } else {
+            None
+        };
+        if group_servers.is_some() {
             kernel::shorten_rr_timeslice(&kpaths, &store)
                 .context("shortening sched_rr_timeslice_ms for group servers")?;
         }
@@ -226,7 +231,7 @@ impl Engine {
             utilization_limit: limit,
             kernel_reservation_limit: kernel_cap.min(limit),
             min_system_harts: config.system_harts,
-            group_servers: backend.group_servers(),
+            group_servers,
         };
         let persisted = store.load()?;
         admission::check(&persisted.cluster, &cap).map_err(|e| {
@@ -235,6 +240,7 @@ impl Engine {
             )
         })?;
         let mut enforcer = Enforcer::new(backend, kpaths, config.steer_irqs, all, managed);
+        enforcer.group_servers = config.group_servers;
         let layout = enforcer.plan(&persisted.cluster);
         enforcer
             .converge(None, &layout, &store)

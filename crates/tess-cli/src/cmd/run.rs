@@ -6,9 +6,9 @@
 //! `--reserve BUDGET/PERIOD` the cell is a fresh event-triggered one that tessd removes when the
 //! program and all its children have exited: the `qres_wrap` of AQuoSA.
 //!
-//! Like `qres_wrap`, the reservation belongs to the program, not to each of its threads: on
-//! cgroup v1 (with RT group scheduling) all its threads draw on one budget, whichever of them is
-//! runnable. On cgroup v2 the budget is split evenly between the threads on each hart.
+//! By default the budget is split evenly between the program's threads on each hart. With
+//! tessd's experimental `group-servers = true` (cgroup v1 with RT group scheduling), the
+//! reservation belongs to the program like `qres_wrap`'s: all its threads draw on one budget.
 
 use super::usage;
 use clap::Args;
@@ -19,7 +19,7 @@ use tess_proto::{Body, Client, Request};
 /// Run a program in a cell.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "A --reserve BUDGET/PERIOD reservation serves the whole program, like qres_wrap: on cgroup v1\n(RT group scheduling) its threads run SCHED_RR in the cell's cpu cgroup and share one budget of\nBUDGET per PERIOD on each hart, whichever thread needs it (idle helpers, a shell wrapper or a\nthread pool take nothing from it). On cgroup v2 there is no RT group scheduling: the budget is\nsplit evenly between the program's threads on each hart (SCHED_DEADLINE), so a thread that\nsleeps leaves its share unused.\n\nExamples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
+    after_help = "A --reserve BUDGET/PERIOD reservation gives the program BUDGET of CPU time every PERIOD on\neach of its harts. By default the budget is split evenly between the program's threads on each\nhart (SCHED_DEADLINE), so a thread that sleeps leaves its share unused. With tessd's\nexperimental `group-servers = true` (cgroup v1 with RT group scheduling), the threads run\nSCHED_RR in the cell's cpu cgroup and share one budget, whichever thread needs it, like\nqres_wrap (docs/architecture.md, \"Reservations belong to cells\", says why it is opt-in).\n\nExamples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
 )]
 pub struct RunArgs {
     /// Existing cell to run in.

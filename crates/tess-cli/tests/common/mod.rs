@@ -41,6 +41,15 @@ impl Daemon {
         d
     }
 
+    /// Starts a daemon with configuration `text` (tessd.toml syntax).
+    #[allow(dead_code)] // not every test binary that includes this module uses it
+    pub fn start_configured(text: &str) -> Daemon {
+        let mut d = Daemon(Tessd::new());
+        d.0.configure(text);
+        d.spawn();
+        d
+    }
+
     /// (Re)starts the daemon process and waits until it answers `tess status`.
     pub fn spawn(&mut self) {
         self.0.spawn();
