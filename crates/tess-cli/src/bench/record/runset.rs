@@ -14,7 +14,9 @@ use std::path::Path;
 pub struct ReportView {
     /// Bench name.
     pub bench: String,
-    /// Figures.
+    /// Figures. A `null` figure (a quantity with no value in that run, e.g. the response
+    /// percentile of a scenario in which nothing was answered) is left out.
+    #[serde(deserialize_with = "figures_without_nulls")]
     pub figures: BTreeMap<String, f64>,
     /// Targets with their outcome.
     pub targets: Vec<TargetView>,
@@ -24,6 +26,14 @@ pub struct ReportView {
     pub notes: Vec<String>,
     /// Side-by-side rows.
     pub comparisons: Vec<ComparisonView>,
+}
+
+/// Reads a figure map, leaving out `null` values.
+fn figures_without_nulls<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, f64>, D::Error> {
+    let raw: BTreeMap<String, Option<f64>> = Deserialize::deserialize(d)?;
+    Ok(raw.into_iter().filter_map(|(k, v)| Some((k, v?))).collect())
 }
 
 /// A target as read back.
@@ -170,5 +180,20 @@ pub(super) fn load_run(dir: &Path, bench: &str, rep: u32) -> Run {
         Some(Ok(r)) => Run::Ok(Box::new(r)),
         Some(Err(e)) => failed(format!("no readable report ({e})")),
         None => failed("no report".into()),
+    }
+}
+
+#[cfg(test)]
+mod null_figures {
+    use super::ReportView;
+
+    #[test]
+    fn a_null_figure_is_left_out_and_the_rest_is_read() {
+        let r: ReportView = serde_json::from_str(
+            r#"{"bench":"music","figures":{"E_linux_p999_us":null,"A_misses":3}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.figures.len(), 1);
+        assert_eq!(r.figures["A_misses"], 3.0);
     }
 }
