@@ -365,19 +365,17 @@ impl Plan<'_> {
             .spawn()
             .ok();
         let mode = self.args.synth;
+        // One tess scenario in the cells applied so far.
+        let run = |name: &str, title: &str, interference: Interference| {
+            let spec = tess_spec(name, title, interference, self.duration, mode);
+            scenario::run_scenario(&self.prepare(spec, round), &env, &launcher)
+        };
         let outcome = (|| -> anyhow::Result<()> {
             if self.want('A') {
-                let spec = tess_spec(
+                results.push(run(
                     "A",
                     "tess: synthesizer in its dedicated cell, alone",
                     Interference::NONE,
-                    self.duration,
-                    mode,
-                );
-                results.push(scenario::run_scenario(
-                    &self.prepare(spec, round),
-                    &env,
-                    &launcher,
                 )?);
             }
             capacity = run_capacity(
@@ -391,29 +389,19 @@ impl Plan<'_> {
                 s.apply(self.group2.clone())?;
             }
             if self.want('B') {
-                let spec = tess_spec(
+                results.push(run(
                     "B",
                     "tess: synthesizer in its cell, interference in cells",
                     Interference::GROUP2,
-                    self.duration,
-                    mode,
-                );
-                results.push(scenario::run_scenario(
-                    &self.prepare(spec, round),
-                    &env,
-                    &launcher,
                 )?);
             }
             if self.want('E') {
                 s.apply(self.rogue.clone())?;
-                let spec = tess_spec(
+                let r = run(
                     "E",
                     "tess: as B, plus a rogue SCHED_FIFO 99 swarm in a cell",
                     Interference::group2_with_rogue(self.swarm),
-                    self.duration,
-                    mode,
                 );
-                let r = scenario::run_scenario(&self.prepare(spec, round), &env, &launcher);
                 s.delete(&[ROGUE]);
                 results.push(r?);
             }
