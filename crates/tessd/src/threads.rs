@@ -125,6 +125,21 @@ pub enum ThreadError {
     },
 }
 
+/// Gives every thread of `tids` without a slot the least populated slot (lowest on ties);
+/// `count[s]` is how many threads slot `s` holds.
+fn place_remaining(tids: &[i32], slot_of: &mut BTreeMap<i32, usize>, count: &mut [usize]) {
+    for &tid in tids {
+        if slot_of.contains_key(&tid) {
+            continue;
+        }
+        let s = (0..count.len()).min_by_key(|&s| (count[s], s)).unwrap_or(0);
+        if let Some(c) = count.get_mut(s) {
+            *c += 1;
+        }
+        slot_of.insert(tid, s);
+    }
+}
+
 fn deadline(r: &Reservation) -> Policy {
     Policy::Deadline {
         runtime: r.runtime,
@@ -276,14 +291,7 @@ impl ThreadManager {
                 slot_of.insert(tid, s);
             }
         }
-        for &tid in &tids {
-            if slot_of.contains_key(&tid) {
-                continue;
-            }
-            let s = (0..slots.len()).min_by_key(|&s| (count[s], s)).unwrap_or(0);
-            count[s] += 1;
-            slot_of.insert(tid, s);
-        }
+        place_remaining(&tids, &mut slot_of, &mut count);
         // Desired policy per thread: the first `max_threads` of each slot share the budget.
         let max = res.max_threads();
         let mut rank = vec![0usize; slots.len()];

@@ -20,6 +20,7 @@
 //! `SCHED_DEADLINE`), and they stay in the cgroup, so they are served at once. A thread is
 //! raised only once it sits in the cell's cpu group: outside it nothing would throttle it.
 
+use super::place_remaining;
 use super::{demote, ok_or_gone, Placement, SyncReport, ThreadError, ThreadManager};
 use std::collections::BTreeMap;
 use tess_cgroup::Backend;
@@ -72,14 +73,7 @@ impl ThreadManager {
                 slot_of.insert(tid, s);
             }
         }
-        for &tid in &tids {
-            if slot_of.contains_key(&tid) {
-                continue;
-            }
-            let s = (0..slots.len()).min_by_key(|&s| (count[s], s)).unwrap_or(0);
-            count[s] += 1;
-            slot_of.insert(tid, s);
-        }
+        place_remaining(&tids, &mut slot_of, &mut count);
         let mut report = SyncReport::default();
         let sched_err = |source| ThreadError::Sched {
             cell: cell.into(),
