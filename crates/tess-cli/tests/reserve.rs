@@ -92,3 +92,80 @@ fn a_busy_thread_beside_idle_ones_gets_the_whole_reservation() {
         "the busy thread got {share:.3} of hart {hart} (threads {threads:?})"
     );
 }
+
+/// The kernel's `SCHED_DEADLINE` runtime of a thread, if it is a deadline thread.
+fn deadline_runtime(tid: i32) -> Option<Duration> {
+    match tess_sched::attr::get_policy(tid) {
+        Ok((tess_sched::Policy::Deadline { runtime, .. }, _)) => Some(runtime),
+        _ => None,
+    }
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn by_default_the_budget_follows_the_working_thread() {
+    // The default mechanism (docs/architecture.md, "Reservations belong to cells"): tessd gives
+    // the working threads the budget and idle ones a standby slice, the slices summing to it.
+    let d = Daemon::start();
+    let hart = tess_sched::online_harts().unwrap().iter().max().unwrap();
+    let tess = common::tess_bin();
+    // One busy thread, three asleep, behind `sh -c` (which stays as a fifth, idle thread). The
+    // worker sleeps 300 ms before its window, so every thread is idle at first.
+    let prog = Command::new(&tess)
+        .args([
+            "run",
+            "--reserve",
+            "2ms/10ms",
+            "--hart-ids",
+            &hart.to_string(),
+            "--",
+        ])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "{} work share --busy=1 --idle=3 --window-ms=3000; true",
+            tess.display()
+        ))
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let budget = Duration::from_millis(2);
+    let t0 = Instant::now();
+    let mut last = Vec::new();
+    let followed = loop {
+        if let Some((name, _)) = d.cells().into_iter().find(|c| c.0.starts_with("run-")) {
+            let v = d.json(&["cell", "show", &name]);
+            let tids: Vec<i32> = v["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["tid"].as_i64().unwrap() as i32)
+                .collect();
+            let runtimes: Vec<Option<Duration>> =
+                tids.iter().map(|&t| deadline_runtime(t)).collect();
+            last = runtimes.clone();
+            if tids.len() == 5 && runtimes.iter().all(Option::is_some) {
+                let mut r: Vec<Duration> = runtimes.into_iter().flatten().collect();
+                r.sort();
+                let total: Duration = r.iter().sum();
+                // Exact admission: the slices never add up to more than the budget (integer
+                // division may lose a nanosecond per thread).
+                assert!(
+                    total <= budget && budget - total <= Duration::from_nanos(5),
+                    "{r:?}"
+                );
+                if r[4] > budget * 9 / 10 {
+                    assert!(r[..4].iter().all(|s| *s == budget / 64), "{r:?}");
+                    break r;
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the busy thread never got the budget: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = prog.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?} (slices {followed:?})");
+}

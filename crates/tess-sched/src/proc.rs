@@ -53,6 +53,22 @@ pub fn last_hart(tid: i32) -> Option<usize> {
     rest.split_whitespace().nth(36)?.parse().ok()
 }
 
+/// CPU time of thread `tid` in nanoseconds, from `/proc/TID/schedstat` (the kernel resolves a
+/// thread id there even though `/proc` lists only processes).
+pub fn task_cpu_ns(tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether thread `tid` is runnable now (state `R` in `/proc/TID/stat`): running, waiting for a
+/// hart, or throttled by its reservation.
+pub fn task_runnable(tid: i32) -> Option<bool> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; the state follows its closing ')'.
+    let state = s[s.rfind(')')? + 1..].split_whitespace().next()?;
+    Some(state == "R")
+}
+
 /// Per-thread CPU time (user + system) in nanoseconds, from `/proc/PID/task/TID/schedstat`.
 pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
@@ -70,6 +86,8 @@ mod tests {
         assert!(tids.contains(&crate::gettid()));
         assert_eq!(tgid_of(crate::gettid()), Some(me));
         assert!(thread_cpu_ns(me, crate::gettid()).is_some());
+        assert!(task_cpu_ns(crate::gettid()).is_some());
+        assert_eq!(task_runnable(crate::gettid()), Some(true), "we are running");
         assert_eq!(last_hart(crate::gettid()), Some(crate::current_hart()));
     }
 

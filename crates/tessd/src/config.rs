@@ -16,6 +16,8 @@
 //!                           # the kernel refills a group's budget only in the scheduling domain
 //!                           # its timer fires in, and a group can freeze (docs/architecture.md)
 //! sweep-interval-ms = 500   # how often stray tasks are moved out of the cgroup root (v1)
+//! follow-interval-ms = 20   # how often a reserved cell's budget is re-divided between the
+//!                           # threads that work (0: split evenly between all its threads)
 //!
 //! [quota.default]           # every non-root user without a quota of their own
 //! max-cells = 2
@@ -81,6 +83,9 @@ pub struct Config {
     pub group_servers: bool,
     /// Sweep interval.
     pub sweep_interval_ms: u64,
+    /// How often the budget of a reserved cell is re-divided between its working threads
+    /// (`threads::demand`); 0 turns it off (even split).
+    pub follow_interval_ms: u64,
     /// Default quota for non-root users.
     pub default_quota: Quota,
     /// Per-user quotas from the file (those set with `tess quota set` take precedence).
@@ -106,6 +111,7 @@ impl Default for Config {
             steer_irqs: true,
             group_servers: false,
             sweep_interval_ms: 500,
+            follow_interval_ms: 20,
             default_quota: Quota::default(),
             user_quotas: BTreeMap::new(),
             proc_root: PathBuf::from("/proc"),
@@ -129,6 +135,7 @@ struct RawConfig {
     steer_irqs: Option<bool>,
     group_servers: Option<bool>,
     sweep_interval_ms: Option<u64>,
+    follow_interval_ms: Option<u64>,
     quota: Option<RawQuotas>,
 }
 
@@ -220,6 +227,13 @@ impl Config {
         }
         if let Some(v) = raw.sweep_interval_ms {
             c.sweep_interval_ms = v.max(10);
+        }
+        if let Some(v) = raw.follow_interval_ms {
+            anyhow::ensure!(
+                v == 0 || v >= 5,
+                "follow-interval-ms {v}: use 0 (off) or at least 5 ms"
+            );
+            c.follow_interval_ms = v;
         }
         if let Some(q) = raw.quota {
             if let Some(d) = q.default {

@@ -222,6 +222,24 @@ impl Enforcer {
         }
     }
 
+    /// Lets each reserved cell's budget follow its working threads: samples their CPU time and
+    /// re-divides the budget of a cell whose working set changed (`threads::demand`).
+    pub fn follow_demand(&mut self, layout: &Layout) {
+        for (name, cl) in &layout.cells {
+            if cl.class != CellClass::Reserved {
+                continue;
+            }
+            match self.threads.observe_demand(self.backend.as_ref(), name, cl) {
+                Ok(true) => match self.threads.sync(self.backend.as_ref(), name, cl) {
+                    Ok(report) => tracing::debug!(cell = name, ?report, "budget re-divided"),
+                    Err(e) => tracing::warn!("cell {name}: re-dividing the budget: {e:#}"),
+                },
+                Ok(false) => {}
+                Err(e) => tracing::debug!("cell {name}: sampling its threads: {e:#}"),
+            }
+        }
+    }
+
     /// Periodic upkeep: sweep the root, finish attachments, keep reserved threads placed.
     pub fn housekeep(&mut self, layout: &Layout) -> Result<()> {
         self.backend.sweep_into_system()?;

@@ -1078,6 +1078,11 @@ impl Engine {
         }
     }
 
+    /// Re-divides reserved cells' budgets between the threads that work (`threads::demand`).
+    pub fn follow_demand(&mut self) {
+        self.enforcer.follow_demand(&self.layout);
+    }
+
     /// A thread forked inside a reserved cell: bring it under the reservation now.
     pub fn on_fork(&mut self, cell: &str) {
         if let Err(e) = self.enforcer.sync_cell(&self.layout, cell) {

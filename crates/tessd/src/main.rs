@@ -209,6 +209,8 @@ fn run(args: Args) -> Result<()> {
     // The daemon's own threads must never sit on a dedicated hart: they start in the root and the
     // first sweep moves them to the system group.
     let interval = Duration::from_millis(config.sweep_interval_ms);
+    let follow =
+        (config.follow_interval_ms > 0).then(|| Duration::from_millis(config.follow_interval_ms));
     let socket = config.socket.clone();
     let engine = Arc::new(Mutex::new(Engine::start(config)?));
     let listener = tessd::server::bind(&socket)?;
@@ -219,10 +221,11 @@ fn run(args: Args) -> Result<()> {
         std::thread::Builder::new()
             .name("tessd-housekeep".into())
             .spawn(move || {
-                // Threads waiting to wake on their hart are retried every 5 ms; everything else
-                // runs every `interval`.
+                // Threads waiting to wake on their hart are retried every 5 ms; budgets follow
+                // the working threads every `follow`; everything else runs every `interval`.
                 let fast = Duration::from_millis(5);
                 let mut last_full = std::time::Instant::now();
+                let mut last_follow = std::time::Instant::now();
                 loop {
                     std::thread::sleep(fast.min(interval));
                     let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
@@ -231,6 +234,10 @@ fn run(args: Args) -> Result<()> {
                         last_full = std::time::Instant::now();
                     } else if e.has_pending() {
                         e.retry_pending();
+                    }
+                    if follow.is_some_and(|f| last_follow.elapsed() >= f) {
+                        e.follow_demand();
+                        last_follow = std::time::Instant::now();
                     }
                 }
             })?;

@@ -1,8 +1,10 @@
 //! Keeping every thread of a reserved cell under its `SCHED_DEADLINE` reservation.
 //!
 //! Linux reservations belong to threads, while a cell's budget belongs to the cell: on each hart
-//! the cell's budget `C` is split evenly between the `n` threads placed there, each getting
-//! `(C/n, D, P)` (the deadline stays, so the threads of a time-triggered cell share one window).
+//! the cell's budget `C` is divided between the threads placed there, the working ones sharing it
+//! evenly and idle ones keeping a standby slice ([`demand`]: the budget follows the work), each
+//! getting `(share, D, P)` (the deadline stays, so the threads of a time-triggered cell share one
+//! window).
 //! A thread is placed on the least-populated of the cell's thread slots (one per hart) and
 //! pinned there. Deadline threads carry `SCHED_FLAG_RESET_ON_FORK`, without which the kernel
 //! refuses to let them fork; new threads therefore start under CFS and are promoted by the next
@@ -30,8 +32,10 @@
 //! long as it wakes within the next period (the kernel's revised wake-up rule for constrained
 //! deadlines). The cell runtime keeps the phase for programs that sleep longer.
 
+mod demand;
 mod group;
 
+pub use demand::DemandTracker;
 pub use group::group_policy;
 
 use std::collections::{BTreeMap, HashMap};
@@ -93,6 +97,8 @@ pub struct ThreadManager {
     placed: HashMap<i32, Placement>,
     /// Cells with threads waiting to be promoted (see [`SyncReport::pending`]).
     pending: std::collections::BTreeSet<String>,
+    /// Which threads work and which sleep, so the budget follows the work ([`demand`]).
+    demand: DemandTracker,
 }
 
 /// Error from thread management.
@@ -160,6 +166,22 @@ impl ThreadManager {
         self.placed.get(&tid).map(|p| p.cell.as_str())
     }
 
+    /// Samples the CPU time of `cell`'s threads; `true` if the cell's shares must be recomputed
+    /// (a thread started or stopped working, or came or went): the caller then runs
+    /// [`ThreadManager::sync`].
+    pub fn observe_demand(
+        &mut self,
+        backend: &dyn Backend,
+        cell: &str,
+        layout: &CellLayout,
+    ) -> Result<bool, ThreadError> {
+        if layout.reservation.is_none() || layout.group_server {
+            return Ok(false);
+        }
+        let tids = backend.threads(cell)?;
+        Ok(self.demand.observe(cell, &tids, demand::sample))
+    }
+
     /// Takes every thread of `cell` out of `SCHED_DEADLINE` and lets it run on `cpus`; used
     /// before a cell is deleted, stops being reserved, or changes harts.
     pub fn release(
@@ -169,6 +191,7 @@ impl ThreadManager {
         cpus: &HartSet,
     ) -> Result<usize, ThreadError> {
         self.placed.retain(|_, p| p.cell != cell);
+        self.demand.forget(cell);
         let mut n = 0;
         for tid in backend.threads(cell)? {
             let Ok((policy, _)) = attr::get_policy(tid) else {
@@ -292,18 +315,36 @@ impl ThreadManager {
             }
         }
         place_remaining(&tids, &mut slot_of, &mut count);
-        // Desired policy per thread: the first `max_threads` of each slot share the budget.
+        // Desired policy per thread: the first `max_threads` of each slot share the budget, the
+        // active ones evenly, the idle ones a standby slice each ([`demand`]).
         let max = res.max_threads();
         let mut rank = vec![0usize; slots.len()];
+        let mut members: Vec<Vec<i32>> = vec![Vec::new(); slots.len()];
         let mut plan: Vec<(i32, usize, Option<Reservation>)> = Vec::new();
         for (&tid, &s) in &slot_of {
-            let share = if rank[s] < max {
-                res.per_thread(count[s].min(max))
+            if rank[s] < max {
+                members[s].push(tid);
             } else {
-                None
-            };
+                plan.push((tid, s, None));
+            }
             rank[s] += 1;
-            plan.push((tid, s, share));
+        }
+        for (s, tids) in members.iter().enumerate() {
+            let active = tids
+                .iter()
+                .filter(|&&t| self.demand.is_active(cell, t))
+                .count();
+            let shares = demand::split(&res, active, tids.len() - active);
+            for &tid in tids {
+                let share = shares.map(|(a, i)| {
+                    if self.demand.is_active(cell, tid) {
+                        a
+                    } else {
+                        i
+                    }
+                });
+                plan.push((tid, s, share));
+            }
         }
         let mut report = SyncReport::default();
         let sched_err = |source| ThreadError::Sched {

@@ -19,11 +19,12 @@
 //! `n` its thread count, as the program's own call, in the hogs' cell; an event-triggered cell
 //! on `H` keeps `H` a root domain of its own, which `SCHED_DEADLINE` pinning needs).
 //!
-//! Cost: one server for all threads means the threads of a cell on one hart take turns by
-//! `SCHED_RR` time slices (one tick, which tessd sets) instead of each having its own deadline.
-//! `wake_late_*_ms_group` measures it: a thread waking every 10 ms beside a busy thread of the
-//! same program, under `tess run --reserve`, against the per-thread split
-//! (`wake_late_*_ms_split`, where the waking thread has a deadline server of its own).
+//! Mechanism: tessd divides the cell's budget between the threads that work (it samples their
+//! CPU time every 20 ms; idle threads keep a standby slice of 1/64 of the budget), so the slices
+//! always sum to the reservation (`crates/tessd/src/threads/demand.rs`). Cost:
+//! `wake_late_*_ms_tess` measures a thread waking every 10 ms beside a busy thread of the same
+//! program under `tess run --reserve`, against the per-thread split (`wake_late_*_ms_split`,
+//! where the waking thread has half of the budget as a deadline server of its own).
 //!
 //! The worker is `tess work share`: it starts its threads, waits 300 ms (for tessd to place
 //! them), then measures over the window; the window ends by the worker's own clock, so the
@@ -407,7 +408,10 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
     );
     for (mode, p) in &probes {
         let (key, what) = match mode {
-            Mode::Tess => ("group", "tess --reserve (one RT group server, SCHED_RR)"),
+            Mode::Tess => (
+                "tess",
+                "tess --reserve (the budget follows the working threads)",
+            ),
             _ => ("split", "per-thread SCHED_DEADLINE split"),
         };
         let (p99, pmax) = (
@@ -427,7 +431,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         r.compare(
             format!("helper wake-up lateness p99 beside a busy thread, ms (hart {hart})"),
             None,
-            "wake_late_p99_ms_group",
+            "wake_late_p99_ms_tess",
             Some((
                 "wake_late_p99_ms_split",
                 "per-thread SCHED_DEADLINE split, same hogs",

@@ -6,9 +6,9 @@
 //! `--reserve BUDGET/PERIOD` the cell is a fresh event-triggered one that tessd removes when the
 //! program and all its children have exited: the `qres_wrap` of AQuoSA.
 //!
-//! By default the budget is split evenly between the program's threads on each hart. With
-//! tessd's experimental `group-servers = true` (cgroup v1 with RT group scheduling), the
-//! reservation belongs to the program like `qres_wrap`'s: all its threads draw on one budget.
+//! The reservation belongs to the program, like `qres_wrap`'s: tessd divides the budget between
+//! the threads that work (idle ones keep a small standby slice) and re-divides it as threads
+//! start and stop working (docs/architecture.md, "Reservations belong to cells").
 
 use super::usage;
 use clap::Args;
@@ -19,7 +19,7 @@ use tess_proto::{Body, Client, Request};
 /// Run a program in a cell.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "A --reserve BUDGET/PERIOD reservation gives the program BUDGET of CPU time every PERIOD on\neach of its harts. By default the budget is split evenly between the program's threads on each\nhart (SCHED_DEADLINE), so a thread that sleeps leaves its share unused. With tessd's\nexperimental `group-servers = true` (cgroup v1 with RT group scheduling), the threads run\nSCHED_RR in the cell's cpu cgroup and share one budget, whichever thread needs it, like\nqres_wrap (docs/architecture.md, \"Reservations belong to cells\", says why it is opt-in).\n\nExamples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
+    after_help = "A --reserve BUDGET/PERIOD reservation gives the program BUDGET of CPU time every PERIOD on\neach of its harts, whichever of its threads needs it, like qres_wrap: tessd divides the budget\nbetween the threads that are working (SCHED_DEADLINE), gives sleeping threads a small standby\nslice, and re-divides it within about 20 ms when a thread starts or stops working, so a\nwrapper like `timeout` or an idle helper thread costs the worker almost nothing\n(docs/architecture.md, \"Reservations belong to cells\").\n\nExamples:\n  tess run --cell synth -- ./synthesizer --fast\n  tess run --reserve 2ms/10ms -- ./control-loop     (like qres_wrap)\n  tess run --reserve 5ms/20ms --harts 2 -- make -j2"
 )]
 pub struct RunArgs {
     /// Existing cell to run in.
