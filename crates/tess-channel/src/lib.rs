@@ -54,6 +54,7 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod layout;
+mod region;
 pub mod ring;
 mod sync;
 
@@ -85,6 +86,6 @@ pub use endpoint::{
 pub use error::{
     OpenError, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-pub use ring::Corruption;
+pub use ring::{decode_record, Corruption, RecordWord};
 #[cfg(not(loom))]
 pub use wait::{Wait, DEFAULT_LIVENESS_INTERVAL, MAX_SPIN_NS, MIN_SPIN_NS};

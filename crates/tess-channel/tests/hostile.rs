@@ -180,7 +180,7 @@ fn run(strategy: Strategy, seed: u64) {
             2 => match ep.try_peek() {
                 Ok(m) => {
                     assert!(m.len() <= MAX);
-                    let _ = m.iter().fold(0u8, |a, &b| a ^ b);
+                    let _ = m.to_vec().iter().fold(0u8, |a, &b| a ^ b);
                     m.release();
                     note("peek ok")
                 }
