@@ -67,6 +67,9 @@ pub mod error;
 #[cfg(not(loom))]
 pub mod ffi;
 #[cfg(not(loom))]
+#[doc(hidden)]
+pub mod fuzzing;
+#[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
 mod shm;
