@@ -376,7 +376,7 @@ fn hostile_child(
             Strategy::Mixed => STRATEGIES[r as usize % (STRATEGIES.len() - 1)],
             s => s,
         };
-        let word_in = |base: usize, r: u64| base + ((r as usize) % cap & !7);
+        let word_in = |base: usize, r: u64| base + (((r as usize) % cap) & !7);
         match s {
             Strategy::RandomWords => {
                 let off = (r as usize % mem.len()) & !7;
@@ -429,7 +429,7 @@ fn hostile_child(
                 let ring = (r >> 3) as usize % 2;
                 let head = mem.load_u64(ctrl_offset(ring) + CTRL_HEAD, Ordering::Relaxed);
                 let base = PAGE + ring * cap;
-                let off = base + (((head as usize) + (r as usize >> 8) % 64 * 8) % cap & !7);
+                let off = base + ((((head as usize) + ((r as usize >> 8) % 64) * 8) % cap) & !7);
                 let w = mem.load_u64(off, Ordering::Relaxed);
                 mem.store_u64(off, w ^ (1 << (r >> 58)), Ordering::Relaxed);
             }
@@ -440,7 +440,7 @@ fn hostile_child(
                     if let Ok(mut slot) = peer.try_reserve(buf.len()) {
                         let half = buf.len() / 2;
                         slot.write(0, &buf[..half]);
-                        std::mem::forget(slot);
+                        // Dropped uncommitted: half a message lies in the ring, unpublished.
                     }
                     if r % 2 == 0 {
                         let at = word_in(read_by_a, r);
@@ -518,7 +518,7 @@ pub fn drain_ring(data: &[u8], max_message: usize) -> Vec<usize> {
     if let Ok(RecordWord::Record(len)) = decode_record(first, 0, cap as u64, max_message) {
         assert_eq!(lens.first(), Some(&len));
     }
-    drop(cons);
+    // `cons` (raw pointers into `words`) is not used past this point.
     drop(words);
     lens
 }

@@ -307,14 +307,16 @@ mod tests {
 
     #[test]
     fn control_block_fits_its_slot_and_lines_are_apart() {
-        assert_eq!(CTRL_SIZE, 512);
-        assert!(ChannelHeader::SIZE <= ctrl_offset(0));
-        assert_eq!(ChannelHeader::SIZE % 8, 0);
-        assert!(ctrl_offset(1) + CTRL_SIZE <= PAGE);
-        for (a, b) in [(CTRL_HEAD, CTRL_RX_SLEEP), (CTRL_RX_SLEEP, CTRL_TX_SLEEP)] {
-            assert!(b - a >= LINE);
+        const {
+            assert!(CTRL_SIZE == 512);
+            assert!(ChannelHeader::SIZE <= ctrl_offset(0));
+            assert!(ChannelHeader::SIZE % 8 == 0);
+            assert!(ctrl_offset(1) + CTRL_SIZE <= PAGE);
+            assert!(CTRL_RX_SLEEP - CTRL_HEAD >= LINE);
+            assert!(CTRL_TX_SLEEP - CTRL_RX_SLEEP >= LINE);
+            assert!(CTRL_PRODUCER_CLOSED - CTRL_TX_SLEEP >= LINE);
+            assert!(CTRL_CONSUMER_CLOSED + 4 <= CTRL_SIZE);
         }
-        assert!(CTRL_CONSUMER_CLOSED + 4 <= CTRL_SIZE);
     }
 
     #[test]
