@@ -3,7 +3,7 @@
 use crate::error::{
     OpenError, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-use crate::layout::{Geometry, PAGE};
+use crate::layout::{ctrl_offset, Geometry, PAGE};
 use crate::ring::{Consumer, Corruption, PlaceError, Placement, Producer, Record, RingRef};
 use crate::shm::{self, Mapping};
 use crate::wait::{deadline_after, Attempt, Sleeper, Wait, WaitEnd, Waiter};
@@ -171,6 +171,8 @@ pub struct Sender {
     poisoned: Option<Corruption>,
     hang_up_on_drop: bool,
     shared: Arc<Shared>,
+    /// Private staging buffer of [`WriteSlot::buffer`].
+    stage: Vec<u8>,
 }
 
 /// The receiving half of an endpoint.
@@ -181,13 +183,9 @@ pub struct Receiver {
     poisoned: Option<Corruption>,
     hang_up_on_drop: bool,
     shared: Arc<Shared>,
+    /// Private copies of received messages ([`Receiver::recv_batch`], [`ReadSlot::bytes`]).
+    scratch: Vec<u8>,
 }
-
-// SAFETY: a Sender owns its producer state exclusively; the raw pointers inside point into the
-// mapping, which the Arc keeps alive and which is safe to access from any thread.
-unsafe impl Send for Sender {}
-// SAFETY: as for Sender.
-unsafe impl Send for Receiver {}
 
 impl Endpoint {
     /// Opens a channel end from its descriptors, validating the memfd (seals, size) and the
@@ -214,11 +212,10 @@ impl Endpoint {
             });
         }
         let side = fds.side;
-        let ring = |r: usize| {
-            // SAFETY: `ctrl` and `data` come from `map`, whose size we checked against the
-            // geometry; the Arc<Shared> that owns `map` is stored next to every RingRef.
-            unsafe { RingRef::new(map.ctrl(r), map.data(&g, r), g.capacity) }
-        };
+        // The mapping's size was checked against the geometry; the Arc<Shared> owning `map` is
+        // stored next to every RingRef made from its region.
+        let region = map.region();
+        let ring = |r: usize| RingRef::new(region, ctrl_offset(r), g.data_offset(r), g.capacity);
         let prod = Producer::new(ring(side.tx_ring()), g.capacity, g.max_message);
         let cons = Consumer::new(ring(side.rx_ring()), g.capacity, g.max_message);
         let shared = Arc::new(Shared {
@@ -236,6 +233,7 @@ impl Endpoint {
                 poisoned: None,
                 hang_up_on_drop: true,
                 shared: shared.clone(),
+                stage: Vec::new(),
             },
             rx: Receiver {
                 cons,
@@ -243,6 +241,7 @@ impl Endpoint {
                 poisoned: None,
                 hang_up_on_drop: true,
                 shared,
+                scratch: Vec::new(),
             },
         })
     }
@@ -618,7 +617,11 @@ impl Sender {
     /// Lends a slot for a message of up to `len` bytes, waiting for room.
     pub fn reserve(&mut self, len: usize) -> Result<WriteSlot<'_>, SendError> {
         let p = self.place(len, None).map_err(send_err)?;
-        Ok(WriteSlot { tx: self, p })
+        Ok(WriteSlot {
+            tx: self,
+            p,
+            staged: false,
+        })
     }
 
     /// Lends a slot for a message of up to `len` bytes if there is room now.
@@ -628,7 +631,11 @@ impl Sender {
             WaitEnd::Disconnected => TrySendError::Disconnected,
             WaitEnd::Fail(e) => e.into(),
         })?;
-        Ok(WriteSlot { tx: self, p })
+        Ok(WriteSlot {
+            tx: self,
+            p,
+            staged: false,
+        })
     }
 
     /// Lends a slot for a message of up to `len` bytes, waiting at most `timeout` for room.
@@ -640,7 +647,11 @@ impl Sender {
         let p = self
             .place(len, Some(deadline_after(timeout).max(1)))
             .map_err(send_timeout_err)?;
-        Ok(WriteSlot { tx: self, p })
+        Ok(WriteSlot {
+            tx: self,
+            p,
+            staged: false,
+        })
     }
 
     /// Low-level reserve for the C ABI: a placement the caller must commit before any other
@@ -850,8 +861,14 @@ impl Receiver {
         }
         let mut r = self.next(deadline)?;
         let mut n = 0;
+        if self.scratch.len() < self.cons.max_message() {
+            self.scratch.resize(self.cons.max_message(), 0);
+        }
         loop {
-            f(self.payload(&r));
+            // A private copy: the peer cannot change what `f` sees.
+            let copy = &mut self.scratch[..r.len];
+            self.cons.read(&r, copy);
+            f(copy);
             self.cons.consume(r);
             n += 1;
             if n == max {
@@ -871,24 +888,17 @@ impl Receiver {
         Ok(n)
     }
 
-    fn payload(&self, r: &Record) -> &[u8] {
-        // SAFETY: `peek` validated that the payload lies inside the data area, which stays
-        // mapped while `self` (and its Arc<Shared>) lives; the bytes are plain u8 (see
-        // `RingRef::ptr` on a peer writing them concurrently).
-        unsafe { std::slice::from_raw_parts(self.cons.payload_ptr(r), r.len) }
-    }
-
     /// Lends the next message in place, waiting for one. It stays in the channel until
     /// [`ReadSlot::release`].
     pub fn peek(&mut self) -> Result<ReadSlot<'_>, RecvError> {
         let r = self.next(None).map_err(recv_err)?;
-        Ok(ReadSlot { rx: self, r })
+        Ok(ReadSlot::new(self, r))
     }
 
     /// Lends the next message in place if there is one now.
     pub fn try_peek(&mut self) -> Result<ReadSlot<'_>, TryRecvError> {
         let r = self.next(Some(0)).map_err(try_recv_err)?;
-        Ok(ReadSlot { rx: self, r })
+        Ok(ReadSlot::new(self, r))
     }
 
     /// Lends the next message in place, waiting at most `timeout`.
@@ -896,7 +906,7 @@ impl Receiver {
         let r = self
             .next(Some(deadline_after(timeout).max(1)))
             .map_err(recv_timeout_err)?;
-        Ok(ReadSlot { rx: self, r })
+        Ok(ReadSlot::new(self, r))
     }
 
     /// Low-level peek for the C ABI.
@@ -923,17 +933,57 @@ impl Drop for Receiver {
     }
 }
 
-/// A slot lent by [`Sender::reserve`]: write the message in place, then
-/// [`commit`](Self::commit). Dropping it without committing sends nothing.
+/// A slot lent by [`Sender::reserve`]: write the message, then [`commit`](Self::commit).
+/// Dropping it without committing sends nothing.
 ///
-/// The bytes are in memory the peer maps; a hostile peer may change them while you write.
+/// The slot lies in memory the peer maps, so it is never lent as a `&mut [u8]`. Either write
+/// into it in place with [`write`](Self::write) (and [`copy_from`](Self::copy_from) for a
+/// received message), or fill the private [`buffer`](Self::buffer), which is copied into the
+/// slot on commit (one more copy, for code that wants a `&mut [u8]`, e.g. `read(2)`). Do not
+/// mix the two: a used buffer overwrites what `write` put in the slot.
 #[derive(Debug)]
 pub struct WriteSlot<'a> {
     tx: &'a mut Sender,
     p: Placement,
+    staged: bool,
 }
 
 impl WriteSlot<'_> {
+    /// Length of the slot: the most bytes a commit may send.
+    pub fn len(&self) -> usize {
+        self.p.len
+    }
+
+    /// Whether the slot has no room (a zero-length reservation).
+    pub fn is_empty(&self) -> bool {
+        self.p.len == 0
+    }
+
+    /// Copies `src` into the slot at byte `offset`. Panics if it does not fit (like slice
+    /// indexing).
+    pub fn write(&mut self, offset: usize, src: &[u8]) {
+        self.tx.prod.write_at(&self.p, offset, src);
+    }
+
+    /// Copies `len` bytes of the lent message `msg`, from its byte `offset`, into the slot at
+    /// byte `at`, ring to ring. Panics if either range is outside its message.
+    pub fn copy_from(&mut self, at: usize, msg: &ReadSlot<'_>, offset: usize, len: usize) {
+        self.tx
+            .prod
+            .copy_from_record(&self.p, at, &msg.rx.cons, &msg.r, offset, len);
+    }
+
+    /// A private buffer of [`len`](Self::len) bytes (contents unspecified), copied into the
+    /// slot on commit.
+    pub fn buffer(&mut self) -> &mut [u8] {
+        let len = self.p.len;
+        if self.tx.stage.len() < len {
+            self.tx.stage.resize(len, 0);
+        }
+        self.staged = true;
+        &mut self.tx.stage[..len]
+    }
+
     /// Sends the whole slot.
     pub fn commit(self) {
         let len = self.p.len;
@@ -942,49 +992,78 @@ impl WriteSlot<'_> {
 
     /// Sends the first `len` bytes of the slot (`len` is capped at the slot's length).
     pub fn commit_len(self, len: usize) {
+        let len = len.min(self.p.len);
+        if self.staged {
+            self.tx.prod.write(&self.p, &self.tx.stage[..len]);
+        }
         self.tx.prod.commit(self.p, len);
         self.tx.prod.publish();
     }
 }
 
-impl std::ops::Deref for WriteSlot<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `place` reserved `p.len` free bytes inside the data area; the mapping lives
-        // as long as the borrowed Sender; the consumer does not read free space.
-        unsafe { std::slice::from_raw_parts(self.tx.prod.payload_ptr(&self.p), self.p.len) }
-    }
-}
-
-impl std::ops::DerefMut for WriteSlot<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `deref`, and `&mut self` makes this the only slice of the slot.
-        unsafe { std::slice::from_raw_parts_mut(self.tx.prod.payload_ptr(&self.p), self.p.len) }
-    }
-}
-
-/// A message lent in place by [`Receiver::peek`]. It stays in the channel until
+/// A message lent by [`Receiver::peek`]. It stays in the channel until
 /// [`release`](Self::release); dropping the slot leaves it there.
 ///
-/// The bytes are in memory the peer maps; a hostile peer may change them while you read, so
-/// validate what you parse from them (copy first if you need a stable view).
+/// The bytes lie in memory the peer maps and may change under us, so they are never lent as a
+/// `&[u8]`: read them by copying, with [`read`](Self::read) (a part, no allocation),
+/// [`bytes`](Self::bytes) (the whole message, copied once into a private buffer of the
+/// receiver) or [`to_vec`](Self::to_vec).
 #[derive(Debug)]
 pub struct ReadSlot<'a> {
     rx: &'a mut Receiver,
     r: Record,
+    copied: bool,
 }
 
-impl ReadSlot<'_> {
+impl<'a> ReadSlot<'a> {
+    fn new(rx: &'a mut Receiver, r: Record) -> ReadSlot<'a> {
+        ReadSlot {
+            rx,
+            r,
+            copied: false,
+        }
+    }
+
+    /// Length of the message.
+    pub fn len(&self) -> usize {
+        self.r.len
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.r.len == 0
+    }
+
+    /// Copies `dst.len()` bytes of the message from byte `offset` into `dst`. Panics if the
+    /// range is outside the message (like slice indexing).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.rx.cons.read_at(&self.r, offset, dst);
+    }
+
+    /// The whole message, copied into a private buffer of the receiver on the first call (a
+    /// stable view: the peer cannot change it).
+    pub fn bytes(&mut self) -> &[u8] {
+        let len = self.r.len;
+        if !self.copied {
+            if self.rx.scratch.len() < len {
+                self.rx.scratch.resize(len, 0);
+            }
+            self.rx.cons.read(&self.r, &mut self.rx.scratch[..len]);
+            self.copied = true;
+        }
+        &self.rx.scratch[..len]
+    }
+
+    /// The whole message, copied into a new vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.r.len];
+        self.rx.cons.read(&self.r, &mut v);
+        v
+    }
+
     /// Consumes the message, freeing its space for the sender.
     pub fn release(self) {
         self.rx.cons.consume(self.r);
         self.rx.cons.publish();
-    }
-}
-
-impl std::ops::Deref for ReadSlot<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.rx.payload(&self.r)
     }
 }

@@ -5,12 +5,13 @@
 //!  ------------  ------------  --------------------------------  -------------------------
 //!  0             128           ChannelHeader (magic, version,    creator, before hand-off;
 //!                              capacity, max message, ...)       read once and validated
-//!  512           512           RingCtrl of ring 0 (A -> B)       see below
-//!  1024          512           RingCtrl of ring 1 (B -> A)       see below
+//!  512           512           control block of ring 0 (A -> B)  see below
+//!  1024          512           control block of ring 1 (B -> A)  see below
 //!  4096          capacity      ring 0 data: records              A (producer)
 //!  4096+cap      capacity      ring 1 data: records              B (producer)
 //!
-//!  RingCtrl (four 128-byte lines, so no two writers share a line or an adjacent-line pair):
+//!  Control block (CTRL_* offsets; four 128-byte lines, so no two writers share a line or an
+//!  adjacent-line pair):
 //!  +0    head             u64   consumer: byte index of the next record to read
 //!  +128  rx_sleep         u32   futex: 1 while the consumer sleeps on an empty ring
 //!  +256  tx_sleep         u32   futex: 1 while the producer sleeps on a full ring
@@ -29,8 +30,6 @@
 //! Nothing here is trusted after creation: [`Geometry::validate`] re-derives every offset from
 //! the capacity and checks the header against it, and each side keeps its own copy of the
 //! geometry so a peer that rewrites the header later changes nothing.
-
-use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 
 /// `b"TESSCHAN"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSCHAN");
@@ -75,8 +74,8 @@ pub const fn record_size(len: usize) -> usize {
     RECORD_HEADER + ((len + 7) & !7)
 }
 
-/// The header at offset 0, as the creator writes it. Plain integers: it is read once with a
-/// volatile copy and validated, never used in place.
+/// The header at offset 0, as the creator writes it. Plain integers: it is copied out once
+/// ([`ChannelHeader::decode`] of the copied bytes) and validated, never used in place.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChannelHeader {
@@ -104,35 +103,68 @@ pub struct ChannelHeader {
     pub created_ns: u64,
 }
 
-/// One ring's control block, overlaid on shared memory (all-zero is its initial state).
-#[repr(C)]
-#[derive(Debug, Default)]
-pub(crate) struct RingCtrl {
-    pub(crate) head: Padded<AtomicU64>,
-    pub(crate) rx_sleep: Padded<FutexWord>,
-    pub(crate) tx_sleep: Padded<FutexWord>,
-    pub(crate) closed: Padded<Closed>,
-}
+impl ChannelHeader {
+    /// Size of the header in shared memory (a multiple of 8).
+    pub const SIZE: usize = std::mem::size_of::<ChannelHeader>();
 
-/// The hang-up flags of one ring.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub(crate) struct Closed {
-    pub(crate) producer: AtomicU32,
-    pub(crate) consumer: AtomicU32,
-}
+    /// The header's bytes, little-endian, fields at their `repr(C)` offsets.
+    pub fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        put(0, &self.magic.to_le_bytes());
+        put(8, &self.version.to_le_bytes());
+        put(12, &self.header_size.to_le_bytes());
+        put(16, &self.capacity.to_le_bytes());
+        put(24, &self.max_message.to_le_bytes());
+        put(32, &self.total_size.to_le_bytes());
+        put(40, &self.ctrl_offset[0].to_le_bytes());
+        put(48, &self.ctrl_offset[1].to_le_bytes());
+        put(56, &self.data_offset[0].to_le_bytes());
+        put(64, &self.data_offset[1].to_le_bytes());
+        put(72, &self.creator_pid.to_le_bytes());
+        put(76, &self.flags.to_le_bytes());
+        put(80, &self.created_ns.to_le_bytes());
+        b
+    }
 
-/// A value alone on a [`LINE`]-sized, [`LINE`]-aligned slot.
-#[repr(C, align(128))]
-#[derive(Debug, Default)]
-pub(crate) struct Padded<T>(pub(crate) T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
+    /// Parses a header copied out of shared memory. Any bytes decode to some header; whether it
+    /// describes a usable channel is [`Geometry::validate`]'s question. `None` if `bytes` is
+    /// shorter than [`SIZE`](Self::SIZE).
+    pub fn decode(bytes: &[u8]) -> Option<ChannelHeader> {
+        let b: &[u8; Self::SIZE] = bytes.get(..Self::SIZE)?.try_into().ok()?;
+        let u64_at = |off: usize| u64::from_le_bytes(b[off..off + 8].try_into().unwrap());
+        let u32_at = |off: usize| u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+        Some(ChannelHeader {
+            magic: u64_at(0),
+            version: u32_at(8),
+            header_size: u32_at(12),
+            capacity: u64_at(16),
+            max_message: u64_at(24),
+            total_size: u64_at(32),
+            ctrl_offset: [u64_at(40), u64_at(48)],
+            data_offset: [u64_at(56), u64_at(64)],
+            creator_pid: u32_at(72),
+            flags: u32_at(76),
+            created_ns: u64_at(80),
+        })
     }
 }
+
+/// Size of one ring's control block. Its fields, each alone on a [`LINE`] so no two writers
+/// share a line or an adjacent-line pair, are at the `CTRL_*` offsets; all-zero is the initial
+/// state. They are words reached only through atomic operations (see `region`), never a struct
+/// overlaid on shared memory.
+pub const CTRL_SIZE: usize = 4 * LINE;
+/// Consumer's head (u64): byte index of the next record to read.
+pub const CTRL_HEAD: usize = 0;
+/// Futex word (u32): 1 while the consumer sleeps on an empty ring.
+pub const CTRL_RX_SLEEP: usize = LINE;
+/// Futex word (u32): 1 while the producer sleeps on a full ring.
+pub const CTRL_TX_SLEEP: usize = 2 * LINE;
+/// Hang-up flag (u32): 1 once the producer has hung up.
+pub const CTRL_PRODUCER_CLOSED: usize = 3 * LINE;
+/// Hang-up flag (u32): 1 once the consumer has hung up.
+pub const CTRL_CONSUMER_CLOSED: usize = 3 * LINE + 4;
 
 /// The sizes every offset is derived from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,12 +307,25 @@ mod tests {
 
     #[test]
     fn control_block_fits_its_slot_and_lines_are_apart() {
-        assert_eq!(std::mem::size_of::<RingCtrl>(), 512);
-        assert_eq!(std::mem::align_of::<RingCtrl>(), LINE);
-        assert!(std::mem::size_of::<ChannelHeader>() <= 512);
-        assert!(ctrl_offset(1) + 512 <= PAGE);
-        assert_eq!(std::mem::offset_of!(RingCtrl, rx_sleep), LINE);
-        assert_eq!(std::mem::offset_of!(RingCtrl, closed), 3 * LINE);
+        const {
+            assert!(CTRL_SIZE == 512);
+            assert!(ChannelHeader::SIZE <= ctrl_offset(0));
+            assert!(ChannelHeader::SIZE % 8 == 0);
+            assert!(ctrl_offset(1) + CTRL_SIZE <= PAGE);
+            assert!(CTRL_RX_SLEEP - CTRL_HEAD >= LINE);
+            assert!(CTRL_TX_SLEEP - CTRL_RX_SLEEP >= LINE);
+            assert!(CTRL_PRODUCER_CLOSED - CTRL_TX_SLEEP >= LINE);
+            assert!(CTRL_CONSUMER_CLOSED + 4 <= CTRL_SIZE);
+        }
+    }
+
+    #[test]
+    fn header_bytes_round_trip_at_repr_c_offsets() {
+        let h = Geometry::new(1 << 16, 4480).unwrap().header(77, 99);
+        assert_eq!(ChannelHeader::decode(&h.encode()), Some(h));
+        assert_eq!(std::mem::offset_of!(ChannelHeader, created_ns), 80);
+        assert_eq!(std::mem::offset_of!(ChannelHeader, flags), 76);
+        assert_eq!(ChannelHeader::decode(&[0u8; 10]), None);
     }
 
     #[test]

@@ -35,18 +35,22 @@
 //! |---|---|---|---|
 //! | send a copy | [`Sender::send`] | [`Sender::try_send`] | [`Sender::send_timeout`] |
 //! | send many | [`Sender::send_batch`] | [`Sender::try_send_batch`] | |
-//! | write in place | [`Sender::reserve`] | [`Sender::try_reserve`] | [`Sender::reserve_timeout`] |
+//! | write into the ring | [`Sender::reserve`] | [`Sender::try_reserve`] | [`Sender::reserve_timeout`] |
 //! | receive a copy | [`Receiver::recv`] | [`Receiver::try_recv`] | [`Receiver::recv_timeout`] |
 //! | receive many | [`Receiver::recv_batch`] | [`Receiver::try_recv_batch`] | |
-//! | read in place | [`Receiver::peek`] | [`Receiver::try_peek`] | [`Receiver::peek_timeout`] |
+//! | read from the ring | [`Receiver::peek`] | [`Receiver::try_peek`] | [`Receiver::peek_timeout`] |
 //!
 //! Blocking operations wait as [`Wait`] says: busy-poll, adaptive spin then futex, or futex.
 //!
 //! # A hostile or dead peer
 //!
-//! The peer can write anything into the shared pages at any time. Every index and length read
-//! from them is validated before use and memory outside the rings is never touched; an
-//! impossible state is reported as `Corrupted` (and the half that saw it stays unusable). A peer
+//! The peer can write anything into the shared pages at any time. No Rust reference is ever
+//! formed over them: words are read and written atomically and payloads are copied (the
+//! safety model is in `region.rs` and the crate README). Every index and length read from them
+//! is read once and validated before use, and memory outside the rings is never touched; an
+//! impossible state is reported as `Corrupted` (and the half that saw it stays unusable).
+//! Slots lent by [`Sender::reserve`] and [`Receiver::peek`] therefore copy: [`WriteSlot::write`],
+//! [`ReadSlot::read`], [`ReadSlot::bytes`]. A peer
 //! that dies is noticed through the liveness socket within the liveness interval of any wait;
 //! an orderly hang-up (dropping the endpoint) is noticed at once.
 #![warn(missing_docs)]
@@ -54,6 +58,7 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod layout;
+mod region;
 pub mod ring;
 mod sync;
 
@@ -65,6 +70,9 @@ mod endpoint;
 pub mod error;
 #[cfg(not(loom))]
 pub mod ffi;
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
@@ -85,6 +93,6 @@ pub use endpoint::{
 pub use error::{
     OpenError, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-pub use ring::Corruption;
+pub use ring::{decode_record, Corruption, RecordWord};
 #[cfg(not(loom))]
 pub use wait::{Wait, DEFAULT_LIVENESS_INTERVAL, MAX_SPIN_NS, MIN_SPIN_NS};

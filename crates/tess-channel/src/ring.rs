@@ -45,15 +45,23 @@
 //! between the previously seen value and the private tail; every header the consumer reads must
 //! carry the right sequence number, a length within the maximum, and end inside the ring. Any
 //! violation is a [`Corruption`]; no offset derived from shared memory is used before it is
-//! checked, and the memory accessors mask and bound-check offsets besides.
+//! checked, and the memory accessors mask and bound-check offsets besides. Shared memory is
+//! reached only through [`Region`](crate::region::Region): single atomic word operations and
+//! opaque copies, never a Rust reference to plain data (see `region` for the safety model).
+//! The checks of a record header are the pure function [`decode_record`], also fuzzed on its
+//! own (`crates/tess-channel/fuzz`).
+//!
+//! The same code runs under loom (`--cfg loom`): only the region below it is a model.
 //!
 //! Concurrency caveat, as rtrb puts it: a full ring might cease to be full at any time, and an
 //! empty one might cease to be empty.
 
 use crate::layout::{
-    header_word, record_size, RingCtrl, HDR_PAD, HDR_SEQ_MASK, HDR_VALID, RECORD_HEADER,
+    header_word, record_size, CTRL_CONSUMER_CLOSED, CTRL_HEAD, CTRL_PRODUCER_CLOSED, CTRL_RX_SLEEP,
+    CTRL_SIZE, CTRL_TX_SLEEP, HDR_PAD, HDR_SEQ_MASK, HDR_VALID, RECORD_HEADER,
 };
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::region::Region;
+use crate::sync::{fence, Ordering};
 
 /// Shared memory of one ring was found in a state no honest peer produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -67,193 +75,205 @@ pub struct Corruption {
     pub found: u64,
 }
 
-/// Access to one ring's control block and data area.
-#[cfg(not(loom))]
-#[derive(Debug)]
+/// What a record header word read at the consumer's head says, once checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordWord {
+    /// Zero: nothing published here yet (the terminator).
+    Empty,
+    /// Padding of this many bytes up to the end of the ring.
+    Pad(u64),
+    /// A record with a payload of this many bytes.
+    Record(usize),
+}
+
+/// Checks the header word `w` read at byte index `head` of a ring of `cap` bytes (a power of
+/// two) whose records carry at most `max_message` bytes. A pure function of private values:
+/// the word was read once, atomically, and is not read again.
+///
+/// Accepts only what an honest producer writes: the valid bit, the sequence number of `head`,
+/// a length within the maximum, a record that ends inside the ring, and a PAD that is not at
+/// offset 0 and ends exactly at the end of the ring.
+#[inline]
+pub fn decode_record(
+    w: u64,
+    head: u64,
+    cap: u64,
+    max_message: usize,
+) -> Result<RecordWord, Corruption> {
+    if w == 0 {
+        return Ok(RecordWord::Empty);
+    }
+    let bad = |what| {
+        Err(Corruption {
+            what,
+            index: head,
+            found: w,
+        })
+    };
+    if w & HDR_VALID == 0 {
+        return bad("record header without the valid bit");
+    }
+    if (w >> 32) & HDR_SEQ_MASK != (head >> 3) & HDR_SEQ_MASK {
+        return bad("record header with a wrong sequence number");
+    }
+    let off = head & (cap - 1);
+    let len = w & 0xffff_ffff;
+    if w & HDR_PAD != 0 {
+        if off == 0 || len != cap - off {
+            return bad("padding record not ending at the end of the ring");
+        }
+        return Ok(RecordWord::Pad(len));
+    }
+    if len > max_message as u64 {
+        return bad("record longer than the maximum message size");
+    }
+    if off + record_size(len as usize) as u64 > cap {
+        return bad("record running past the end of the ring");
+    }
+    Ok(RecordWord::Record(len as usize))
+}
+
+/// One ring inside a [`Region`]: its control block and data area, at offsets checked once at
+/// construction. Every access below masks its index into the ring, and the region checks bounds
+/// again.
+#[derive(Debug, Clone)]
 pub(crate) struct RingRef {
-    ctrl: std::ptr::NonNull<RingCtrl>,
-    data: std::ptr::NonNull<u8>,
+    region: Region,
+    ctrl: usize,
+    data: usize,
     cap: usize,
 }
 
-#[cfg(not(loom))]
 impl RingRef {
-    /// # Safety
-    /// `ctrl` must point to a `RingCtrl`-sized, 128-byte aligned region and `data` to a
-    /// `cap`-byte, 8-byte aligned region (`cap` a power of two >= 8), both in a shared mapping
-    /// that stays mapped for as long as this `RingRef` (and anything made from it) is used.
-    pub(crate) unsafe fn new(
-        ctrl: std::ptr::NonNull<RingCtrl>,
-        data: std::ptr::NonNull<u8>,
-        cap: usize,
-    ) -> RingRef {
-        debug_assert!(cap.is_power_of_two() && cap >= 8);
-        debug_assert_eq!(ctrl.as_ptr() as usize % crate::layout::LINE, 0);
-        debug_assert_eq!(data.as_ptr() as usize % 8, 0);
-        RingRef { ctrl, data, cap }
+    /// The ring whose control block is at `ctrl` and whose `cap`-byte data area is at `data`.
+    /// Panics unless both lie inside the region, `ctrl` is 8-aligned, `data` 8-aligned and
+    /// `cap` a power of two of at least 8 (the caller derives them from a validated geometry).
+    pub(crate) fn new(region: Region, ctrl: usize, data: usize, cap: usize) -> RingRef {
+        assert!(cap.is_power_of_two() && cap >= 8, "ring capacity {cap}");
+        assert!(
+            ctrl % 8 == 0 && data % 8 == 0,
+            "unaligned ring at {ctrl}/{data}"
+        );
+        assert!(
+            ctrl + CTRL_SIZE <= region.len() && data + cap <= region.len(),
+            "ring at {ctrl}/{data}+{cap} outside a {}-byte region",
+            region.len()
+        );
+        RingRef {
+            region,
+            ctrl,
+            data,
+            cap,
+        }
+    }
+
+    /// A ring alone in a fresh model region (loom): control block, then data.
+    #[cfg(loom)]
+    pub(crate) fn new_model(cap: usize) -> RingRef {
+        RingRef::new(Region::new_model(CTRL_SIZE + cap), 0, CTRL_SIZE, cap)
+    }
+
+    /// Offset in the region of the 8-byte word holding byte index `index` of the ring.
+    #[inline(always)]
+    fn word_at(&self, index: u64) -> usize {
+        self.data + ((index as usize) & (self.cap - 1) & !7)
     }
 
     #[inline(always)]
-    fn ctrl(&self) -> &RingCtrl {
-        // SAFETY: by the contract of `new`, `ctrl` is aligned and mapped while `self` lives;
-        // every field is an atomic, for which any bit pattern (whatever the peer wrote) is valid.
-        unsafe { self.ctrl.as_ref() }
-    }
-
-    /// The 8-byte word at `off`, reduced into the ring and aligned (so never out of bounds).
-    #[inline(always)]
-    fn word(&self, off: usize) -> &AtomicU64 {
-        let off = off & (self.cap - 1) & !7;
-        // SAFETY: `off + 8 <= cap` and `off` is 8-aligned (masked above; cap is a power of two
-        // >= 8), so the word lies inside the mapped, 8-aligned data area; AtomicU64 has the
-        // layout of u64 and every bit pattern is valid.
-        unsafe { &*(self.data.as_ptr().add(off) as *const AtomicU64) }
+    fn load_word(&self, index: u64, order: Ordering) -> u64 {
+        self.region.load_u64(self.word_at(index), order)
     }
 
     #[inline(always)]
-    fn check(&self, off: usize, len: usize) {
+    fn store_word(&self, index: u64, v: u64, order: Ordering) {
+        self.region.store_u64(self.word_at(index), v, order)
+    }
+
+    /// Offset in the region of data-area offset `off` (`off + len <= cap`, checked).
+    #[inline(always)]
+    fn data_at(&self, off: usize, len: usize) -> usize {
         assert!(
             off <= self.cap && len <= self.cap - off,
             "ring access {off}+{len} outside capacity {}",
             self.cap
         );
+        self.data + off
     }
 
-    /// Copies `src` into the data area at `off`.
+    /// Calls `hint` with the region offset of each 64-byte line holding byte indices
+    /// `[from, to)`, reduced into the ring.
     #[inline(always)]
-    fn copy_in(&self, off: usize, src: &[u8]) {
-        self.check(off, src.len());
-        // SAFETY: `check` keeps [off, off+len) inside the mapped data area; `src` is private
-        // memory, so the ranges cannot overlap. The bytes are plain data (see `ptr`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.as_ptr().add(off), src.len())
-        };
-    }
-
-    /// Copies from the data area at `off` into `dst`.
-    #[inline(always)]
-    fn copy_out(&self, off: usize, dst: &mut [u8]) {
-        self.check(off, dst.len());
-        // SAFETY: `check` keeps [off, off+len) inside the mapped data area; `dst` is private.
-        // A hostile peer writing these bytes concurrently can change only their values.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.data.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
-        };
-    }
-
-    /// Calls `hint` with the address of each cache line holding byte indices `[from, to)`
-    /// (reduced into the ring, so every address lies inside the mapped data area).
-    #[inline(always)]
-    fn for_each_line(&self, from: u64, to: u64, hint: impl Fn(*const u8)) {
+    fn for_each_line(&self, from: u64, to: u64, hint: impl Fn(usize)) {
         let mask = self.cap as u64 - 1;
         let mut line = from & !63;
         while line < to {
-            // SAFETY: `line & mask < cap`, so the offset stays inside the data area.
-            hint(unsafe { self.data.as_ptr().add((line & mask) as usize) });
+            hint(self.data + (line & mask) as usize);
             line += 64;
         }
     }
 
-    /// Hints the CPU to move the lines holding byte indices `[from, to)` out of this core's
-    /// private caches into the shared last-level cache (`CLDEMOTE`), so that the consumer's
-    /// misses on them are served from there instead of by a cross-core snoop. A no-op hint
-    /// (`CLDEMOTE` is in the NOP space) on CPUs without it.
+    /// Moves the lines holding `[from, to)` towards the shared cache (`CLDEMOTE`), so the
+    /// consumer's misses are served from there instead of by a cross-core snoop.
     #[inline(always)]
     fn demote(&self, from: u64, to: u64) {
-        self.for_each_line(from, to, |_line| {
-            // SAFETY: `_line` lies inside the mapped data area; CLDEMOTE neither reads nor
-            // writes memory architecturally.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                std::arch::asm!("cldemote [{0}]", in(reg) _line, options(nostack, preserves_flags))
-            };
-        });
+        self.for_each_line(from, to, |off| self.region.demote_line(off));
     }
 
-    /// Hints the CPU to fetch the lines holding byte indices `[from, to)` into this core's
-    /// cache in a writable state (`PREFETCHW`), so that writing them later needs no
-    /// cross-core invalidation. A hint: no architectural effect on memory.
+    /// Fetches the lines holding `[from, to)` for writing (`PREFETCHW`), so writing them later
+    /// needs no cross-core invalidation.
     #[inline(always)]
     fn claim(&self, from: u64, to: u64) {
-        self.for_each_line(from, to, |_line| {
-            // SAFETY: `_line` lies inside the mapped data area; PREFETCHW neither reads nor
-            // writes memory architecturally.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                std::arch::asm!("prefetchw [{0}]", in(reg) _line, options(nostack, preserves_flags))
-            };
-        });
+        self.for_each_line(from, to, |off| self.region.claim_line(off));
     }
 
-    /// Raw pointer to `len` bytes at `off` in the data area, for zero-copy slots.
-    ///
-    /// The bytes live in memory another process maps; they are plain `u8`s with no validity
-    /// invariant, so a peer that writes them while we hold a slice can change the values we
-    /// read but never make us touch memory outside the ring.
     #[inline(always)]
-    pub(crate) fn ptr(&self, off: usize, len: usize) -> *mut u8 {
-        self.check(off, len);
-        // SAFETY: `check` keeps the offset inside the data area.
-        unsafe { self.data.as_ptr().add(off) }
+    fn head(&self) -> usize {
+        self.ctrl + CTRL_HEAD
     }
-}
 
-/// Loom stand-in for a ring in shared memory: the same control block, and the data area as
-/// words accessed atomically (relaxed), so loom explores every visibility of the payload.
-#[cfg(loom)]
-#[derive(Debug, Clone)]
-pub(crate) struct RingRef {
-    inner: std::sync::Arc<LoomRing>,
-}
+    /// Sets the futex word at control-block offset `field` and issues the SeqCst fence of the
+    /// sleep protocol.
+    fn announce(&self, field: usize) {
+        self.region
+            .store_u32(self.ctrl + field, 1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
 
-#[cfg(loom)]
-#[derive(Debug)]
-struct LoomRing {
-    ctrl: RingCtrl,
-    data: Vec<AtomicU64>,
-}
+    /// Sleeps on the futex word at `field` while it is 1, then withdraws the announcement.
+    fn sleep(&self, field: usize, timeout_ns: Option<u64>) {
+        self.region.futex_wait(self.ctrl + field, 1, timeout_ns);
+        self.region
+            .store_u32(self.ctrl + field, 0, Ordering::Relaxed);
+    }
 
-#[cfg(loom)]
-impl RingRef {
-    pub(crate) fn new_model(cap: usize) -> RingRef {
-        assert!(cap.is_power_of_two() && cap >= 8);
-        RingRef {
-            inner: std::sync::Arc::new(LoomRing {
-                ctrl: RingCtrl::default(),
-                data: (0..cap / 8).map(|_| AtomicU64::new(0)).collect(),
-            }),
+    fn cancel(&self, field: usize) {
+        self.region
+            .store_u32(self.ctrl + field, 0, Ordering::Relaxed);
+    }
+
+    /// After a SeqCst fence: wakes the side sleeping on `field` if it announced it sleeps.
+    #[inline(always)]
+    fn wake_if_asleep(&self, field: usize) {
+        let at = self.ctrl + field;
+        if self.region.load_u32(at, Ordering::Relaxed) != 0
+            && self.region.swap_u32(at, 0, Ordering::Relaxed) != 0
+        {
+            self.region.futex_wake(at);
         }
     }
 
-    fn ctrl(&self) -> &RingCtrl {
-        &self.inner.ctrl
+    /// Sets a hang-up flag and wakes the other side, whatever it announced.
+    fn hang_up(&self, flag: usize, wake: usize) {
+        self.region
+            .store_u32(self.ctrl + flag, 1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        self.region
+            .store_u32(self.ctrl + wake, 0, Ordering::Relaxed);
+        self.region.futex_wake(self.ctrl + wake);
     }
 
-    fn word(&self, off: usize) -> &AtomicU64 {
-        let cap = self.inner.data.len() * 8;
-        &self.inner.data[(off & (cap - 1)) / 8]
-    }
-
-    fn copy_in(&self, off: usize, src: &[u8]) {
-        assert_eq!(off % 8, 0);
-        for (i, chunk) in src.chunks(8).enumerate() {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.word(off + 8 * i)
-                .store(u64::from_le_bytes(b), Ordering::Relaxed);
-        }
-    }
-
-    fn demote(&self, _from: u64, _to: u64) {}
-
-    fn claim(&self, _from: u64, _to: u64) {}
-
-    fn copy_out(&self, off: usize, dst: &mut [u8]) {
-        assert_eq!(off % 8, 0);
-        for (i, chunk) in dst.chunks_mut(8).enumerate() {
-            let b = self.word(off + 8 * i).load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&b[..chunk.len()]);
-        }
+    fn flag(&self, flag: usize) -> bool {
+        self.region.load_u32(self.ctrl + flag, Ordering::Acquire) != 0
     }
 }
 
@@ -322,7 +342,10 @@ impl Producer {
     /// Reloads the consumer's head and checks it lies in `[head_cache, tail]`, 8-aligned.
     #[inline]
     fn refresh_head(&mut self) -> Result<(), Corruption> {
-        let h = self.ring.ctrl().head.load(Ordering::Acquire);
+        let h = self
+            .ring
+            .region
+            .load_u64(self.ring.head(), Ordering::Acquire);
         let behind = self.tail.wrapping_sub(h);
         if h & 7 != 0 || behind > self.tail.wrapping_sub(self.head_cache) {
             return Err(Corruption {
@@ -369,18 +392,56 @@ impl Producer {
         ((p.rec & (self.cap - 1)) as usize) + RECORD_HEADER
     }
 
-    /// Copies `src` (at most `p.len` bytes) into the payload of `p`.
+    /// Copies `src` (at most `p.len` bytes) to the start of the payload of `p`; the bytes up to
+    /// the record's 8-byte boundary may be overwritten.
     #[inline(always)]
     pub(crate) fn write(&self, p: &Placement, src: &[u8]) {
         debug_assert!(src.len() <= p.len);
-        self.ring
-            .copy_in(self.payload_offset(p), &src[..src.len().min(p.len)]);
+        let src = &src[..src.len().min(p.len)];
+        let at = self.ring.data_at(self.payload_offset(p), src.len());
+        self.ring.region.copy_in(at, src, true);
     }
 
-    /// Pointer to the payload of `p` (zero-copy writes).
+    /// Copies `src` to byte `offset` of the payload of `p` (`offset + src.len() <= p.len`,
+    /// panics otherwise), leaving the other bytes alone.
+    pub(crate) fn write_at(&self, p: &Placement, offset: usize, src: &[u8]) {
+        assert!(
+            offset <= p.len && src.len() <= p.len - offset,
+            "write of {} bytes at {offset} into a {}-byte slot",
+            src.len(),
+            p.len
+        );
+        let at = self
+            .ring
+            .data_at(self.payload_offset(p) + offset, src.len());
+        self.ring.region.copy_in(at, src, false);
+    }
+
+    /// Copies `len` bytes of the payload of `r`, read by `from`, from its byte `offset` to byte
+    /// `at` of the payload of `p` (ring to ring, no private copy). Panics if either range is
+    /// outside its record.
+    #[cfg(not(loom))]
+    pub(crate) fn copy_from_record(
+        &self,
+        p: &Placement,
+        at: usize,
+        from: &Consumer,
+        r: &Record,
+        offset: usize,
+        len: usize,
+    ) {
+        assert!(offset <= r.len && len <= r.len - offset && at <= p.len && len <= p.len - at);
+        let src = from.ring.data_at(r.offset + offset, len);
+        let dst = self.ring.data_at(self.payload_offset(p) + at, len);
+        from.ring.region.copy_to(src, &self.ring.region, dst, len);
+    }
+
+    /// Raw address of the payload of `p`, for the C ABI's in-place writes (never made a
+    /// Rust reference).
     #[cfg(not(loom))]
     pub(crate) fn payload_ptr(&self, p: &Placement) -> *mut u8 {
-        self.ring.ptr(self.payload_offset(p), p.len)
+        let at = self.ring.data_at(self.payload_offset(p), p.len);
+        self.ring.region.ptr(at, p.len)
     }
 
     /// Makes `p` a record of `len <= p.len` bytes; it becomes visible at the next
@@ -391,14 +452,10 @@ impl Producer {
         let len = len.min(p.len);
         let next = p.rec + record_size(len) as u64;
         // The terminator where the next record will go, ordered before the publishing store.
-        self.ring
-            .word((next & (self.cap - 1)) as usize)
-            .store(0, Ordering::Relaxed);
+        self.ring.store_word(next, 0, Ordering::Relaxed);
         let rec_word = header_word(p.rec, len as u32, false);
         let first = if p.pad > 0 {
-            self.ring
-                .word((p.rec & (self.cap - 1)) as usize)
-                .store(rec_word, Ordering::Relaxed);
+            self.ring.store_word(p.rec, rec_word, Ordering::Relaxed);
             (p.start, header_word(p.start, p.pad as u32, true))
         } else {
             (p.rec, rec_word)
@@ -406,9 +463,7 @@ impl Producer {
         if self.pending.is_none() {
             self.pending = Some(first);
         } else {
-            self.ring
-                .word((first.0 & (self.cap - 1)) as usize)
-                .store(first.1, Ordering::Relaxed);
+            self.ring.store_word(first.0, first.1, Ordering::Relaxed);
         }
         self.tail = next;
         self.pending_count += 1;
@@ -430,9 +485,7 @@ impl Producer {
         let Some((index, word)) = self.pending.take() else {
             return false;
         };
-        self.ring
-            .word((index & (self.cap - 1)) as usize)
-            .store(word, Ordering::Release);
+        self.ring.store_word(index, word, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.demote && self.pending_count == 1 {
             self.ring.demote(index, self.tail + RECORD_HEADER as u64);
@@ -444,47 +497,36 @@ impl Producer {
             self.ring.claim((self.tail & !63) + 64, self.tail + size);
         }
         self.pending_count = 0;
-        let sleep = &self.ring.ctrl().rx_sleep;
-        if sleep.word().load(Ordering::Relaxed) != 0 && sleep.word().swap(0, Ordering::Relaxed) != 0
-        {
-            sleep.wake();
-        }
+        self.ring.wake_if_asleep(CTRL_RX_SLEEP);
         true
     }
 
     /// Whether the consumer has hung up.
     #[inline]
     pub(crate) fn consumer_closed(&self) -> bool {
-        self.ring.ctrl().closed.consumer.load(Ordering::Acquire) != 0
+        self.ring.flag(CTRL_CONSUMER_CLOSED)
     }
 
     /// Announces that we are about to sleep because the ring is full. The caller must re-check
     /// (call [`place`](Self::place) again) before [`sleep`](Self::sleep).
     pub(crate) fn announce_sleep(&self) {
-        self.ring.ctrl().tx_sleep.word().store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        self.ring.announce(CTRL_TX_SLEEP);
     }
 
     /// Sleeps until woken or `timeout_ns` passes, then withdraws the announcement.
     pub(crate) fn sleep(&self, timeout_ns: Option<u64>) {
-        let w = &self.ring.ctrl().tx_sleep;
-        w.wait(1, timeout_ns);
-        w.word().store(0, Ordering::Relaxed);
+        self.ring.sleep(CTRL_TX_SLEEP, timeout_ns);
     }
 
     /// Withdraws a sleep announcement without sleeping.
     pub(crate) fn cancel_sleep(&self) {
-        self.ring.ctrl().tx_sleep.word().store(0, Ordering::Relaxed);
+        self.ring.cancel(CTRL_TX_SLEEP);
     }
 
     /// Hangs up: publishes anything pending, sets `producer_closed` and wakes the consumer.
     pub(crate) fn close(&mut self) {
         self.publish();
-        let ctrl = self.ring.ctrl();
-        ctrl.closed.producer.store(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        ctrl.rx_sleep.word().store(0, Ordering::Relaxed);
-        ctrl.rx_sleep.wake();
+        self.ring.hang_up(CTRL_PRODUCER_CLOSED, CTRL_RX_SLEEP);
     }
 }
 
@@ -528,72 +570,56 @@ impl Consumer {
         self.max_message
     }
 
-    /// The record at the head, if one is published; validated, not consumed.
+    /// The record at the head, if one is published; validated, not consumed. Each header word
+    /// is read once, atomically (Acquire: the payload written before it is visible), and
+    /// checked by [`decode_record`] before any offset is derived from it.
     #[inline]
     pub(crate) fn peek(&mut self) -> Result<Option<Record>, Corruption> {
-        let mask = self.cap - 1;
-        // At most one PAD precedes a record: the second iteration starts at offset 0, where a
-        // PAD is rejected.
+        // At most one PAD precedes a record: after it the head is at offset 0, where
+        // `decode_record` rejects a PAD.
         for _ in 0..2 {
-            let off = self.head & mask;
-            let w = self.ring.word(off as usize).load(Ordering::Acquire);
-            if w == 0 {
-                return Ok(None);
-            }
-            let bad = |what| {
-                Err(Corruption {
-                    what,
-                    index: self.head,
-                    found: w,
-                })
-            };
-            if w & HDR_VALID == 0 {
-                return bad("record header without the valid bit");
-            }
-            if (w >> 32) & HDR_SEQ_MASK != (self.head >> 3) & HDR_SEQ_MASK {
-                return bad("record header with a wrong sequence number");
-            }
-            let len = (w & 0xffff_ffff) as usize;
-            if w & HDR_PAD != 0 {
-                if off == 0 || len as u64 != self.cap - off {
-                    return bad("padding record not ending at the end of the ring");
+            let w = self.ring.load_word(self.head, Ordering::Acquire);
+            match decode_record(w, self.head, self.cap, self.max_message)? {
+                RecordWord::Empty => return Ok(None),
+                RecordWord::Pad(len) => self.head += len,
+                RecordWord::Record(len) => {
+                    return Ok(Some(Record {
+                        offset: (self.head & (self.cap - 1)) as usize + RECORD_HEADER,
+                        len,
+                        next: self.head + record_size(len) as u64,
+                    }))
                 }
-                self.head += len as u64;
-                continue;
             }
-            if len > self.max_message {
-                return bad("record longer than the maximum message size");
-            }
-            let size = record_size(len) as u64;
-            if off + size > self.cap {
-                return bad("record running past the end of the ring");
-            }
-            return Ok(Some(Record {
-                offset: off as usize + RECORD_HEADER,
-                len,
-                next: self.head + size,
-            }));
         }
-        Err(Corruption {
-            what: "padding record at the start of the ring",
-            index: self.head,
-            found: self
-                .ring
-                .word((self.head & mask) as usize)
-                .load(Ordering::Relaxed),
-        })
+        unreachable!("decode_record rejects a PAD at offset 0")
     }
 
     /// Copies the payload of `r` into `dst[..r.len]`.
     #[inline(always)]
     pub(crate) fn read(&self, r: &Record, dst: &mut [u8]) {
-        self.ring.copy_out(r.offset, &mut dst[..r.len]);
+        self.read_at(r, 0, &mut dst[..r.len]);
     }
 
-    /// Pointer to the payload of `r` (zero-copy reads).
+    /// Copies `dst.len()` bytes of the payload of `r` from its byte `offset` into `dst`.
+    /// Panics if the range is outside the payload.
+    #[inline(always)]
+    pub(crate) fn read_at(&self, r: &Record, offset: usize, dst: &mut [u8]) {
+        assert!(
+            offset <= r.len && dst.len() <= r.len - offset,
+            "read of {} bytes at {offset} from a {}-byte message",
+            dst.len(),
+            r.len
+        );
+        let at = self.ring.data_at(r.offset + offset, dst.len());
+        self.ring.region.copy_out(at, dst);
+    }
+
+    /// Raw address of the payload of `r`, for the C ABI's in-place reads (never made a Rust
+    /// reference).
     #[cfg(not(loom))]
     pub(crate) fn payload_ptr(&self, r: &Record) -> *const u8 {
-        self.ring.ptr(r.offset, r.len)
+        let at = self.ring.data_at(r.offset, r.len);
+        self.ring.region.ptr(at, r.len)
     }
 
     /// Consumes `r` locally; the producer sees the space at the next [`publish`](Self::publish).
@@ -610,48 +636,38 @@ impl Consumer {
             return;
         }
         self.published_head = self.head;
-        let ctrl = self.ring.ctrl();
-        ctrl.head.store(self.head, Ordering::Release);
+        self.ring
+            .region
+            .store_u64(self.ring.head(), self.head, Ordering::Release);
         fence(Ordering::SeqCst);
-        let sleep = &ctrl.tx_sleep;
-        if sleep.word().load(Ordering::Relaxed) != 0 && sleep.word().swap(0, Ordering::Relaxed) != 0
-        {
-            sleep.wake();
-        }
+        self.ring.wake_if_asleep(CTRL_TX_SLEEP);
     }
 
     /// Whether the producer has hung up.
     #[inline]
     pub(crate) fn producer_closed(&self) -> bool {
-        self.ring.ctrl().closed.producer.load(Ordering::Acquire) != 0
+        self.ring.flag(CTRL_PRODUCER_CLOSED)
     }
 
     /// Announces that we are about to sleep on an empty ring. The caller must re-check (call
     /// [`peek`](Self::peek) again) before [`sleep`](Self::sleep).
     pub(crate) fn announce_sleep(&self) {
-        self.ring.ctrl().rx_sleep.word().store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        self.ring.announce(CTRL_RX_SLEEP);
     }
 
     /// Sleeps until woken or `timeout_ns` passes, then withdraws the announcement.
     pub(crate) fn sleep(&self, timeout_ns: Option<u64>) {
-        let w = &self.ring.ctrl().rx_sleep;
-        w.wait(1, timeout_ns);
-        w.word().store(0, Ordering::Relaxed);
+        self.ring.sleep(CTRL_RX_SLEEP, timeout_ns);
     }
 
     /// Withdraws a sleep announcement without sleeping.
     pub(crate) fn cancel_sleep(&self) {
-        self.ring.ctrl().rx_sleep.word().store(0, Ordering::Relaxed);
+        self.ring.cancel(CTRL_RX_SLEEP);
     }
 
     /// Hangs up: sets `consumer_closed` and wakes the producer.
     pub(crate) fn close(&mut self) {
         self.publish();
-        let ctrl = self.ring.ctrl();
-        ctrl.closed.consumer.store(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        ctrl.tx_sleep.word().store(0, Ordering::Relaxed);
-        ctrl.tx_sleep.wake();
+        self.ring.hang_up(CTRL_CONSUMER_CLOSED, CTRL_TX_SLEEP);
     }
 }

@@ -14,7 +14,8 @@
 //! handler. The check is a non-blocking `poll`, made between bounded futex waits.
 
 use crate::error::OpenError;
-use crate::layout::{ChannelHeader, Geometry, RingCtrl, PAGE};
+use crate::layout::{ChannelHeader, PAGE};
+use crate::region::Region;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
@@ -136,36 +137,25 @@ impl Mapping {
         })
     }
 
-    /// A private copy of the header as it is now.
+    /// The mapping as a [`Region`], the only way the rings reach it.
+    pub(crate) fn region(&self) -> Region {
+        // SAFETY: `base .. base + len` is our shared read-write mapping, page-aligned; it stays
+        // mapped until this Mapping drops, and every Region made here is used only by objects
+        // that hold the `Arc<Shared>` owning this Mapping (endpoint.rs). No reference to plain
+        // data is formed over it anywhere.
+        unsafe { Region::new(self.base, self.len) }
+    }
+
+    /// A private copy of the header as it is now (copied out, then decoded).
     pub(crate) fn read_header(&self) -> ChannelHeader {
-        assert!(self.len >= std::mem::size_of::<ChannelHeader>());
-        // SAFETY: the header lies at the page-aligned start of the mapping, which is longer than
-        // it; a volatile copy takes a snapshot however the peer changes it, and every bit
-        // pattern is a valid ChannelHeader (plain integers).
-        unsafe { std::ptr::read_volatile(self.base.as_ptr().cast::<ChannelHeader>()) }
+        let mut bytes = [0u8; ChannelHeader::SIZE];
+        self.region().copy_out(0, &mut bytes);
+        ChannelHeader::decode(&bytes).expect("a full header's bytes")
     }
 
     /// Writes the header (creator only, before anyone else maps the file).
     pub(crate) fn write_header(&self, h: &ChannelHeader) {
-        assert!(self.len >= std::mem::size_of::<ChannelHeader>());
-        // SAFETY: as in `read_header`; nobody else has the memfd yet.
-        unsafe { std::ptr::write_volatile(self.base.as_ptr().cast::<ChannelHeader>(), *h) };
-    }
-
-    /// The control block of ring `ring`.
-    pub(crate) fn ctrl(&self, ring: usize) -> NonNull<RingCtrl> {
-        let off = crate::layout::ctrl_offset(ring);
-        assert!(off + std::mem::size_of::<RingCtrl>() <= self.len);
-        // SAFETY: the offset is inside the mapping (checked above).
-        unsafe { NonNull::new_unchecked(self.base.as_ptr().add(off).cast()) }
-    }
-
-    /// The data area of ring `ring`.
-    pub(crate) fn data(&self, g: &Geometry, ring: usize) -> NonNull<u8> {
-        let off = g.data_offset(ring);
-        assert!(off + g.capacity <= self.len);
-        // SAFETY: the offset is inside the mapping (checked above).
-        unsafe { NonNull::new_unchecked(self.base.as_ptr().add(off)) }
+        self.region().copy_in(0, &h.encode(), false);
     }
 
     /// Start of the mapping (for tests that play a hostile peer).

@@ -108,20 +108,49 @@ fn batches_and_zero_copy() {
     // Reserve / commit; an abandoned slot sends nothing.
     {
         let mut slot = a.try_reserve(10).unwrap();
-        slot.copy_from_slice(b"abandoned!");
+        slot.write(0, b"abandoned!");
     }
     let mut slot = a.reserve(10).unwrap();
-    slot[..5].copy_from_slice(b"hello");
+    assert_eq!(slot.len(), 10);
+    slot.write(0, b"hel");
+    slot.write(3, b"lo");
     slot.commit_len(5);
+    // Through the private buffer.
+    let mut slot = a.reserve(10).unwrap();
+    slot.buffer()[..6].copy_from_slice(b"staged");
+    slot.commit_len(6);
     // Peek leaves the message until released.
     {
-        let m = b.try_peek().unwrap();
-        assert_eq!(&*m, b"hello");
+        let mut m = b.try_peek().unwrap();
+        assert_eq!(m.bytes(), b"hello");
     }
     let m = b.peek().unwrap();
-    assert_eq!(&*m, b"hello");
+    assert_eq!(m.to_vec(), b"hello");
+    let mut part = [0u8; 3];
+    m.read(2, &mut part);
+    assert_eq!(&part, b"llo");
     m.release();
+    // Ring to ring: B echoes the staged message back to A without a private copy.
+    let (tx, rx) = b.halves();
+    let m = rx.try_peek().unwrap();
+    let mut slot = tx.try_reserve(m.len() + 1).unwrap();
+    slot.copy_from(1, &m, 0, m.len());
+    slot.write(0, b">");
+    slot.commit();
+    m.release();
+    let mut buf = [0u8; 16];
+    assert_eq!(a.try_recv(&mut buf), Ok(7));
+    assert_eq!(&buf[..7], b">staged");
     assert!(matches!(b.try_peek(), Err(TryRecvError::Empty)));
+}
+
+#[test]
+#[should_panic(expected = "read of 2 bytes at 2 from a 3-byte message")]
+fn slot_access_outside_the_message_panics() {
+    let (mut a, mut b) = Channel::pair(&small()).unwrap();
+    a.send(b"abc").unwrap();
+    let m = b.try_peek().unwrap();
+    m.read(2, &mut [0u8; 2]);
 }
 
 #[test]
@@ -408,7 +437,7 @@ mod scribble {
                     Op::Peek(release) => match a.try_peek() {
                         Ok(m) => {
                             prop_assert!(m.len() <= 300);
-                            let _sum: u32 = m.iter().map(|&x| x as u32).sum();
+                            let _sum: u32 = m.to_vec().iter().map(|&x| x as u32).sum();
                             if release {
                                 if !scribbled {
                                     prop_assert_eq!(Some(m.to_vec()), expect.pop_front());

@@ -180,7 +180,7 @@ fn run(strategy: Strategy, seed: u64) {
             2 => match ep.try_peek() {
                 Ok(m) => {
                     assert!(m.len() <= MAX);
-                    let _ = m.iter().fold(0u8, |a, &b| a ^ b);
+                    let _ = m.to_vec().iter().fold(0u8, |a, &b| a ^ b);
                     m.release();
                     note("peek ok")
                 }
@@ -248,4 +248,23 @@ fn hostile_peer_process_cannot_crash_or_hang_us() {
     {
         run(s, 0x5eed_0000 + k as u64);
     }
+}
+
+/// The hostile-peer fuzzer of `tess_channel::fuzzing` for 20 s (`TESS_CHANNEL_HOSTILE_SECS`
+/// overrides; the 10-minute run is `cargo run --release -p tess-channel --example hostile --
+/// --secs 600`).
+#[test]
+fn hostile_fuzzer_finds_no_crash_hang_or_unpromised_error() {
+    let secs = std::env::var("TESS_CHANNEL_HOSTILE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let opts = tess_channel::fuzzing::HostileOptions {
+        duration: Duration::from_secs(secs),
+        ..Default::default()
+    };
+    let report = tess_channel::fuzzing::hostile(&opts).expect("fuzzer harness");
+    eprintln!("{report}");
+    assert!(report.rounds >= 2, "{report}");
+    assert!(report.operations > 1000, "{report}");
 }

@@ -96,7 +96,8 @@ impl Console {
         let dropped = self.dropped;
         let sent = match self.ep.sender().try_reserve(len) {
             Ok(mut slot) => {
-                let buf = &mut slot[..];
+                // The slot's private buffer, copied into the channel on commit.
+                let buf = slot.buffer();
                 buf[0..8].copy_from_slice(&now.to_le_bytes());
                 buf[8..12].copy_from_slice(&0u32.to_le_bytes());
                 buf[12..16].copy_from_slice(&dropped.to_le_bytes());

@@ -31,7 +31,7 @@
 
 mod baselines;
 mod channel;
-mod proc;
+pub(crate) mod proc;
 
 use crate::Wait;
 use anyhow::Context;

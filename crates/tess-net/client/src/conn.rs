@@ -162,8 +162,11 @@ impl Conn {
                 Err(SendError::Corrupted(c)) => return Err(io::Error::other(c)),
             }
         };
-        header.encode(&mut slot[..HEADER_LEN]);
-        fill(&mut slot[HEADER_LEN..total]);
+        // `fill` wants a `&mut [u8]`: the slot's private buffer, copied in on commit (the slot
+        // itself is shared memory and never lent as a slice).
+        let buf = slot.buffer();
+        header.encode(&mut buf[..HEADER_LEN]);
+        fill(&mut buf[HEADER_LEN..total]);
         slot.commit_len(total);
         Ok(())
     }
@@ -186,7 +189,7 @@ impl Conn {
         let nonblocking = self.nonblocking && timeout.is_none();
         let timeout = timeout.or(self.read_timeout);
         loop {
-            let slot = if nonblocking {
+            let mut slot = if nonblocking {
                 match self.ep.try_peek() {
                     Ok(s) => s,
                     Err(TryRecvError::Empty) => return Err(would_block()),
@@ -207,7 +210,7 @@ impl Conn {
                     Err(e) => return Err(io::Error::other(e)),
                 }
             };
-            let Ok(h) = Header::decode(&slot) else {
+            let Ok(h) = Header::decode(slot.bytes()) else {
                 // Not from a well-behaved service: skip it.
                 slot.release();
                 continue;
@@ -227,7 +230,7 @@ impl Conn {
                 }
                 _ => {}
             }
-            match f(&h, &slot[HEADER_LEN..]) {
+            match f(&h, &slot.bytes()[HEADER_LEN..]) {
                 Seen::Take(r) => {
                     slot.release();
                     return Ok(r);

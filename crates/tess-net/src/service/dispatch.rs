@@ -187,7 +187,7 @@ impl Service {
                 return;
             };
             let opened = s.opened_ns;
-            let slot = match s.ep.try_peek() {
+            let mut slot = match s.ep.try_peek() {
                 Ok(slot) => slot,
                 Err(TryRecvError::Empty) => {
                     s.tx_head = None;
@@ -199,14 +199,14 @@ impl Service {
                     break;
                 }
             };
-            let Ok(h) = Header::decode(&slot) else {
+            let Ok(h) = Header::decode(slot.bytes()) else {
                 // Left for the next round's head reading to discard.
                 break;
             };
             if h.op != Op::Send {
                 break;
             }
-            let payload = &slot[HEADER_LEN..];
+            let payload = &slot.bytes()[HEADER_LEN..];
             let Some(to) = h.addr.filter(|_| payload.len() <= max) else {
                 slot.release();
                 too_big += 1;
@@ -279,8 +279,8 @@ impl Service {
     fn peek_send_arrival(&mut self, i: usize, now: u64) -> Option<u64> {
         let s = self.sessions[i].as_mut()?;
         let opened = s.opened_ns;
-        let slot = s.ep.try_peek().ok()?;
-        let h = Header::decode(&slot).ok()?;
+        let mut slot = s.ep.try_peek().ok()?;
+        let h = Header::decode(slot.bytes()).ok()?;
         let a = (h.op == Op::Send).then(|| h.stamp.clamp(opened, now));
         s.tx_head = a;
         a
@@ -374,16 +374,16 @@ impl Service {
         else {
             return;
         };
-        let Ok(slot) = s.ep.try_peek() else {
+        let Ok(mut slot) = s.ep.try_peek() else {
             return;
         };
-        let Ok(h) = Header::decode(&slot) else {
+        let Ok(h) = Header::decode(slot.bytes()) else {
             return;
         };
         if h.op != Op::Write {
             return;
         }
-        let payload = &slot[HEADER_LEN..];
+        let payload = &slot.bytes()[HEADER_LEN..];
         let off = (*tx_offset).min(payload.len());
         let end = (off + chunk_max).min(payload.len());
         let result = if end > off {
@@ -446,15 +446,18 @@ impl Service {
         };
         let fd = sock.as_raw_fd();
         let mut closed = false;
-        let got = match sock.read(&mut slot[HEADER_LEN..]) {
+        // Read into the slot's private buffer (copied into the channel on commit): the kernel
+        // would write shared memory the client may scribble on, which is fine for it, but a
+        // `&mut [u8]` over that memory is not fine for us.
+        let got = match sock.read(&mut slot.buffer()[HEADER_LEN..]) {
             Ok(0) => {
-                Header::new(Op::Eof).encode(&mut slot[..HEADER_LEN]);
+                Header::new(Op::Eof).encode(&mut slot.buffer()[..HEADER_LEN]);
                 slot.commit_len(HEADER_LEN);
                 *eof = true;
                 0
             }
             Ok(n) => {
-                Header::new(Op::Data).encode(&mut slot[..HEADER_LEN]);
+                Header::new(Op::Data).encode(&mut slot.buffer()[..HEADER_LEN]);
                 slot.commit_len(HEADER_LEN + n);
                 n
             }
@@ -463,7 +466,7 @@ impl Service {
             Err(e) => {
                 let mut h = Header::new(Op::Error);
                 h.status = e.raw_os_error().unwrap_or(libc::EIO) as u16;
-                h.encode(&mut slot[..HEADER_LEN]);
+                h.encode(&mut slot.buffer()[..HEADER_LEN]);
                 slot.commit_len(HEADER_LEN);
                 closed = true;
                 0

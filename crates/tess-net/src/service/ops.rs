@@ -37,8 +37,10 @@ pub(super) fn notify(s: &mut Session, h: &Header, payload: &[u8]) -> bool {
     let total = HEADER_LEN + payload.len();
     match s.ep.try_reserve(total) {
         Ok(mut slot) => {
-            h.encode(&mut slot[..HEADER_LEN]);
-            slot[HEADER_LEN..total].copy_from_slice(payload);
+            let mut head = [0u8; HEADER_LEN];
+            h.encode(&mut head);
+            slot.write(0, &head);
+            slot.write(HEADER_LEN, payload);
             slot.commit_len(total);
             true
         }
@@ -79,7 +81,7 @@ impl Service {
         let Some(s) = self.sessions[i].as_mut() else {
             return Head::Done;
         };
-        let slot = match s.ep.try_peek() {
+        let mut slot = match s.ep.try_peek() {
             Ok(slot) => slot,
             Err(TryRecvError::Empty) => {
                 s.tx_head = None;
@@ -91,7 +93,7 @@ impl Service {
                 return Head::Done;
             }
         };
-        let h = match Header::decode(&slot) {
+        let h = match Header::decode(slot.bytes()) {
             Ok(h) => h,
             Err(_) => {
                 slot.release();
@@ -116,7 +118,7 @@ impl Service {
             return Head::Done;
         }
         self.scratch.clear();
-        self.scratch.extend_from_slice(&slot[HEADER_LEN..]);
+        self.scratch.extend_from_slice(&slot.bytes()[HEADER_LEN..]);
         slot.release();
         s.tx_head = None;
         Head::Op(h)
