@@ -4,9 +4,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tessd::config::{CgroupChoice, Config, DEFAULT_CONFIG};
+use tessd::daemon::Daemon;
 use tessd::engine::Engine;
 
 /// The tess daemon: divides this machine into cells with guaranteed harts, CPU time, memory and
@@ -210,12 +211,12 @@ fn run(args: Args) -> Result<()> {
     // first sweep moves them to the system group.
     let interval = Duration::from_millis(config.sweep_interval_ms);
     let socket = config.socket.clone();
-    let engine = Arc::new(Mutex::new(Engine::start(config)?));
+    let daemon = Arc::new(Daemon::new(Engine::start(config)?));
     let listener = tessd::server::bind(&socket)?;
     tracing::info!("listening on {}", socket.display());
 
     {
-        let engine = engine.clone();
+        let daemon = daemon.clone();
         std::thread::Builder::new()
             .name("tessd-housekeep".into())
             .spawn(move || {
@@ -225,19 +226,24 @@ fn run(args: Args) -> Result<()> {
                 let mut last_full = std::time::Instant::now();
                 loop {
                     std::thread::sleep(fast.min(interval));
-                    let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
                     if last_full.elapsed() >= interval {
-                        e.housekeep();
+                        daemon.background(|e| e.housekeep());
+                        // Spinners may have been restarted: readers see their new pids.
+                        daemon.refresh();
                         last_full = std::time::Instant::now();
-                    } else if e.has_pending() {
-                        e.retry_pending();
+                    } else {
+                        daemon.background(|e| {
+                            if e.has_pending() {
+                                e.retry_pending();
+                            }
+                        });
                     }
                 }
             })?;
     }
     match tessd::procmon::ProcMonitor::open() {
         Ok(mon) => {
-            let engine = engine.clone();
+            let daemon = daemon.clone();
             std::thread::Builder::new().name("tessd-procmon".into()).spawn(move || loop {
                 let forks = match mon.next_forks() {
                     Ok(f) => f,
@@ -247,11 +253,12 @@ fn run(args: Args) -> Result<()> {
                     }
                 };
                 for f in forks {
-                    let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(cell) = e.tracked_cell_of(f.creator()) {
-                        tracing::debug!(creator = f.creator(), child = f.child_tid, cell, "new task in a reserved cell");
-                        e.on_fork(&cell);
-                    }
+                    daemon.background(|e| {
+                        if let Some(cell) = e.tracked_cell_of(f.creator()) {
+                            tracing::debug!(creator = f.creator(), child = f.child_tid, cell, "new task in a reserved cell");
+                            e.on_fork(&cell);
+                        }
+                    });
                 }
             })?;
         }
@@ -260,10 +267,10 @@ fn run(args: Args) -> Result<()> {
         }
     }
     {
-        let engine = engine.clone();
+        let daemon = daemon.clone();
         std::thread::Builder::new()
             .name("tessd-api".into())
-            .spawn(move || tessd::server::serve(listener, engine))?;
+            .spawn(move || tessd::server::serve(listener, daemon))?;
     }
     let mut sig: libc::c_int = 0;
     // SAFETY: `set` holds the blocked signals; `sig` receives the one taken.
