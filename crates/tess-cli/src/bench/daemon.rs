@@ -33,6 +33,10 @@ pub struct DaemonArgs {
     /// Length of the loaded phase, in seconds (the baseline runs a sixth of it, at least 2 s).
     #[arg(long, default_value_t = 60, value_name = "S")]
     seconds: u64,
+    /// Pause of each reader between two calls, in milliseconds (0: a tight loop, which keeps
+    /// both harts busy, so that latency then measures the queue of 200 clients, not tessd).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pause_ms: u64,
 }
 
 const BE: &str = "bd-be";
@@ -79,7 +83,11 @@ fn weight_now(c: &mut Client) -> anyhow::Result<u32> {
 }
 
 /// Latencies (ms) of `status` calls by `clients` connections until `stop`, and errors.
-fn readers(clients: usize, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<f64>, u64, f64)> {
+fn readers(
+    clients: usize,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(Vec<f64>, u64, f64)> {
     let socket = tess_proto::client::socket_path();
     let conns: Vec<Client> = (0..clients)
         .map(|_| Client::connect(&socket))
@@ -96,6 +104,9 @@ fn readers(clients: usize, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<f64>, u
                     match c.call(&Request::Status) {
                         Ok(Body::Status(_)) => lat.push(t.elapsed().as_secs_f64() * 1e3),
                         _ => errors += 1,
+                    }
+                    if !pause.is_zero() {
+                        std::thread::sleep(pause);
                     }
                 }
                 (lat, errors)
@@ -169,6 +180,7 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     let mut s = Session::connect()?;
     let status = s.status()?;
     let hart = pick_hart(a.common.hart, &status)?;
+    let pause = Duration::from_millis(a.pause_ms);
     s.apply(cells(hart, 0))?;
     let holder = spawn_work(Some(ET), &["idle".into()])?;
     std::thread::sleep(Duration::from_millis(300));
@@ -179,7 +191,7 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     let base = {
         let stop = stop_base.clone();
         let clients = a.clients;
-        let h = std::thread::spawn(move || readers(clients, stop));
+        let h = std::thread::spawn(move || readers(clients, pause, stop));
         std::thread::sleep(Duration::from_secs(base_s));
         stop_base.store(true, Ordering::Relaxed);
         h.join()
@@ -190,7 +202,7 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     let loaded = {
         let stop = stop_load.clone();
         let clients = a.clients;
-        let h = std::thread::spawn(move || readers(clients, stop));
+        let h = std::thread::spawn(move || readers(clients, pause, stop));
         let w = writer(hart, a.rate, seconds, &stop_load);
         stop_load.store(true, Ordering::Relaxed);
         let r = h
@@ -219,8 +231,8 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     let mut r = Report::new("daemon");
     let mut t = Table::new(
         format!(
-            "{} clients asking for status in a loop; writer: {} transactions/s for {seconds} s (ms)",
-            a.clients, a.rate
+            "{} clients asking for status in a loop (pause {} ms); writer: {} transactions/s for {seconds} s (ms)",
+            a.clients, a.pause_ms, a.rate
         ),
         &["measure", "calls", "calls/s", "median", "p99", "max"],
     );
@@ -266,6 +278,7 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     r.target("no lost transaction", w.lost == 0, w.lost.to_string());
     r.target("no error", errors == 0, errors.to_string());
     r.note(format!("each transaction changes two cells on hart {hart}: a best-effort weight (a new value each time) and an event-triggered budget 1ms<->2ms whose cell holds a running process"));
+    r.detail("pause_ms", a.pause_ms);
     r.note("a transaction counts as lost when tessd acknowledged it but the read that follows does not show it");
     r.detail("status_ms", l);
     r.detail("status_baseline_ms", b);

@@ -366,3 +366,71 @@ fn reads_are_answered_while_a_transaction_holds_the_engine() {
     };
     assert_eq!(s.cells, 1);
 }
+
+#[test]
+fn a_cell_named_twice_in_one_apply_is_a_usage_error() {
+    let (mut e, rig) = engine(None);
+    let spec = cell("a", Policy::Dedicated, HartRequest::Count(1)).spec;
+    let (kind, msg) = error(e.handle(
+        &root(),
+        Request::Apply {
+            cells: vec![spec.clone(), spec],
+            delete: vec![],
+            prune: false,
+            dry_run: false,
+        },
+    ));
+    assert_eq!(kind, ErrorKind::Usage);
+    assert!(msg.contains("appears twice"), "{msg}");
+    assert!(rig.log.lock().unwrap().is_empty());
+}
+
+#[test]
+fn merge_refuses_options_of_another_policy_and_applies_its_own() {
+    let spec = cell(
+        "a",
+        Policy::EventTriggered {
+            period: Duration::from_millis(10),
+            budget: Duration::from_millis(1),
+        },
+        HartRequest::Count(1),
+    )
+    .spec;
+    let weight = tess_proto::CellUpdate {
+        weight: Some(5),
+        ..Default::default()
+    };
+    let e = merge(&spec, &weight).unwrap_err();
+    assert!(e.message.contains("--weight"), "{}", e.message);
+    let budget = tess_proto::CellUpdate {
+        budget: Some(Duration::from_millis(3)),
+        ..Default::default()
+    };
+    let merged = merge(&spec, &budget).unwrap();
+    assert_eq!(
+        merged.policy,
+        Policy::EventTriggered {
+            period: Duration::from_millis(10),
+            budget: Duration::from_millis(3),
+        }
+    );
+}
+
+#[test]
+fn other_users_cells_are_invisible_to_reads_and_writes() {
+    let (mut e, _rig) = engine(None);
+    ok(e.handle(&root(), create("a", Policy::Dedicated)));
+    let user = Caller {
+        uid: 1000,
+        pid: std::process::id() as i32,
+        pidfd: None,
+    };
+    let (kind, _) = error(e.handle(&user, Request::ShowCell { name: "a".into() }));
+    assert_eq!(kind, ErrorKind::NotFound);
+    let (kind, _) = error(e.handle(&user, Request::DeleteCell { name: "a".into() }));
+    assert_eq!(kind, ErrorKind::NotFound);
+    let Body::Cells { cells } = ok(e.handle(&user, Request::ListCells)) else {
+        panic!()
+    };
+    assert!(cells.is_empty());
+}
