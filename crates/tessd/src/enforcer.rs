@@ -17,7 +17,7 @@ use tess_sched::HartSet;
 /// Applies layouts to the kernel.
 #[derive(Debug)]
 pub struct Enforcer {
-    backend: Box<dyn Backend>,
+    backend: std::sync::Arc<dyn Backend>,
     /// Thread placement for reserved cells.
     pub threads: ThreadManager,
     kernel: KernelPaths,
@@ -35,26 +35,16 @@ pub struct Enforcer {
     pub group_servers: bool,
 }
 
-/// Fault injection for the crash tests: `TESSD_FAULT_PAUSE_US` pauses this long between the
-/// steps of every convergence, so that a test can kill the daemon with the kernel half changed.
+/// Between the steps of a convergence: where the crash tests stop the daemon with the kernel
+/// half changed (a no-op unless built with the `fault-injection` feature).
 fn fault_pause() {
-    static PAUSE: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
-    let pause = PAUSE.get_or_init(|| {
-        std::env::var("TESSD_FAULT_PAUSE_US")
-            .ok()?
-            .parse()
-            .ok()
-            .map(std::time::Duration::from_micros)
-    });
-    if let Some(p) = pause {
-        std::thread::sleep(*p);
-    }
+    crate::fault::reached(crate::fault::Point::MidApply);
 }
 
 impl Enforcer {
     /// A new enforcer over `backend`, managing `managed` out of `all` harts.
     pub fn new(
-        backend: Box<dyn Backend>,
+        backend: std::sync::Arc<dyn Backend>,
         kernel: KernelPaths,
         steer_irqs: bool,
         all: HartSet,
@@ -79,6 +69,11 @@ impl Enforcer {
     /// The cgroup backend.
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    /// A shared handle on the cgroup backend, for readers that must not wait for the engine.
+    pub fn shared_backend(&self) -> std::sync::Arc<dyn Backend> {
+        self.backend.clone()
     }
 
     /// The layout of `cluster` on this machine.

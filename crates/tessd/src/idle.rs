@@ -102,6 +102,14 @@ impl Spinners {
             .unwrap_or_default()
     }
 
+    /// Spinner pids of every cell.
+    pub fn by_cell(&self) -> BTreeMap<String, Vec<i32>> {
+        self.by_cell
+            .iter()
+            .map(|(cell, m)| (cell.clone(), m.values().copied().collect()))
+            .collect()
+    }
+
     /// Whether `pid` is one of ours.
     pub fn is_spinner(&self, pid: i32) -> bool {
         self.by_cell.values().any(|m| m.values().any(|p| *p == pid))

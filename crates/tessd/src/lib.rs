@@ -1,6 +1,8 @@
 //! `tessd`, the tess daemon, as a library (the binary is a thin `main`).
 //!
-//! - [`engine`]: requests become transactions (place, admit, enforce, commit).
+//! - [`daemon`]: the concurrency model (one transaction at a time, readers use snapshots).
+//! - [`engine`]: requests become transactions (place, admit, plan, apply, commit, publish).
+//! - [`fault`]: crash points for the crash tests (only with the `fault-injection` feature).
 //! - [`enforcer`]: makes the kernel match a layout; [`threads`]: `SCHED_DEADLINE` per thread.
 //! - [`kernel`]: system-wide settings (deadline capacity, IRQ and workqueue steering).
 //! - [`store`]: durable state; [`config`]: configuration; [`server`]: the API socket;
@@ -8,8 +10,10 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod daemon;
 pub mod enforcer;
 pub mod engine;
+pub mod fault;
 pub mod idle;
 pub mod kernel;
 pub mod procmon;

@@ -4,9 +4,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tessd::config::{CgroupChoice, Config, DEFAULT_CONFIG};
+use tessd::daemon::Daemon;
 use tessd::engine::Engine;
 
 /// The tess daemon: divides this machine into cells with guaranteed harts, CPU time, memory and
@@ -212,12 +213,12 @@ fn run(args: Args) -> Result<()> {
     let follow =
         (config.follow_interval_ms > 0).then(|| Duration::from_millis(config.follow_interval_ms));
     let socket = config.socket.clone();
-    let engine = Arc::new(Mutex::new(Engine::start(config)?));
+    let daemon = Arc::new(Daemon::new(Engine::start(config)?));
     let listener = tessd::server::bind(&socket)?;
     tracing::info!("listening on {}", socket.display());
 
     {
-        let engine = engine.clone();
+        let daemon = daemon.clone();
         std::thread::Builder::new()
             .name("tessd-housekeep".into())
             .spawn(move || {
@@ -228,15 +229,20 @@ fn run(args: Args) -> Result<()> {
                 let mut last_follow = std::time::Instant::now();
                 loop {
                     std::thread::sleep(fast.min(interval));
-                    let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
                     if last_full.elapsed() >= interval {
-                        e.housekeep();
+                        daemon.background(|e| e.housekeep());
+                        // Spinners may have been restarted: readers see their new pids.
+                        daemon.refresh();
                         last_full = std::time::Instant::now();
-                    } else if e.has_pending() {
-                        e.retry_pending();
+                    } else {
+                        daemon.background(|e| {
+                            if e.has_pending() {
+                                e.retry_pending();
+                            }
+                        });
                     }
                     if follow.is_some_and(|f| last_follow.elapsed() >= f) {
-                        e.follow_demand();
+                        daemon.background(|e| e.follow_demand());
                         last_follow = std::time::Instant::now();
                     }
                 }
@@ -244,7 +250,7 @@ fn run(args: Args) -> Result<()> {
     }
     match tessd::procmon::ProcMonitor::open() {
         Ok(mon) => {
-            let engine = engine.clone();
+            let daemon = daemon.clone();
             std::thread::Builder::new().name("tessd-procmon".into()).spawn(move || loop {
                 let forks = match mon.next_forks() {
                     Ok(f) => f,
@@ -254,11 +260,12 @@ fn run(args: Args) -> Result<()> {
                     }
                 };
                 for f in forks {
-                    let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(cell) = e.tracked_cell_of(f.creator()) {
-                        tracing::debug!(creator = f.creator(), child = f.child_tid, cell, "new task in a reserved cell");
-                        e.on_fork(&cell);
-                    }
+                    daemon.background(|e| {
+                        if let Some(cell) = e.tracked_cell_of(f.creator()) {
+                            tracing::debug!(creator = f.creator(), child = f.child_tid, cell, "new task in a reserved cell");
+                            e.on_fork(&cell);
+                        }
+                    });
                 }
             })?;
         }
@@ -267,10 +274,10 @@ fn run(args: Args) -> Result<()> {
         }
     }
     {
-        let engine = engine.clone();
+        let daemon = daemon.clone();
         std::thread::Builder::new()
             .name("tessd-api".into())
-            .spawn(move || tessd::server::serve(listener, engine))?;
+            .spawn(move || tessd::server::serve(listener, daemon))?;
     }
     let mut sig: libc::c_int = 0;
     // SAFETY: `set` holds the blocked signals; `sig` receives the one taken.

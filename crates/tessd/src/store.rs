@@ -47,10 +47,17 @@ impl Store {
         let path = dir.join("state.db");
         let conn = Connection::open(&path)
             .with_context(|| format!("opening state database {}", path.display()))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let unreadable = || {
+            format!(
+                "state database {} is unreadable (corrupt, or not a tess state file); tessd leaves it untouched: restore it from a backup, or move it away to start with no cells",
+                path.display()
+            )
+        };
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .with_context(unreadable)?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.execute_batch(SCHEMA).context("creating the schema")?;
+        conn.execute_batch(SCHEMA).with_context(unreadable)?;
         let version: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
                 r.get(0)
@@ -82,8 +89,9 @@ impl Store {
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
         for row in rows {
             let (name, data) = row?;
-            let cell: Cell = serde_json::from_str(&data)
-                .with_context(|| format!("cell {name:?} in the state database is unreadable"))?;
+            let cell: Cell = serde_json::from_str(&data).with_context(|| {
+                format!("cell {name:?} in the state database is unreadable (tessd refuses to start rather than drop it; `tessd --forget {name}` removes it)")
+            })?;
             p.cluster.cells.insert(name, cell);
         }
         let mut stmt = self.conn.prepare("SELECT uid, data FROM quotas")?;
@@ -104,6 +112,13 @@ impl Store {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         Ok(p)
+    }
+
+    /// Names of the stored cells, without decoding them (works on a row that does not decode).
+    pub fn cell_names(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare("SELECT name FROM cells ORDER BY name")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Starts a transaction.
@@ -140,6 +155,17 @@ impl Store {
             params![key, value],
         )?;
         Ok(())
+    }
+
+    /// Makes every later cell write fail as a full disk would (unit tests of the rollback).
+    #[cfg(test)]
+    pub(crate) fn fail_writes_for_test(&self) {
+        self.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER full_disk BEFORE INSERT ON cells \
+                 BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+            )
+            .expect("creating the failing trigger");
     }
 
     /// Forgets a saved setting (after restoring it).
