@@ -1,0 +1,1 @@
+//! `tess bench pulse` figures (filled later).
