@@ -137,10 +137,12 @@ pub(crate) extern "C" fn on_segv(
 
 /// Called from the tick handler: reports once when a scheduler callback has been running
 /// longer than the watchdog allows (it never returned and never restored a thread).
-pub(crate) fn watchdog(h: &HartState, now: u64) {
-    let since = h.sched_since_ns.load(Ordering::Relaxed);
-    let limit = h.shared().watchdog_ns;
-    if since == 0 || limit == 0 || now.saturating_sub(since) < limit {
+pub(crate) fn watchdog(h: &HartState) {
+    let since = h.sched_since_tick.load(Ordering::Relaxed);
+    let period = h.period_ns.max(1);
+    let limit_ticks = h.shared().watchdog_ns / period;
+    let ticks = (h.stats.fired.load(Ordering::Relaxed) + 1).saturating_sub(since);
+    if since == 0 || limit_ticks == 0 || ticks < limit_ticks {
         h.watchdog_reported.store(false, Ordering::Relaxed);
         return;
     }
@@ -152,7 +154,7 @@ pub(crate) fn watchdog(h: &HartState, now: u64) {
         m,
         "tess-pulse: the scheduler callback on vhart {} has run for {} ms without returning or restoring a thread (scheduler code must not block or spin; call pulse_sched_ctx_done)\n",
         h.vhart,
-        (now - since) / 1_000_000
+        ticks * period / 1_000_000
     );
     m.emit();
 }

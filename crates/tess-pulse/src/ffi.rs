@@ -303,3 +303,9 @@ pub extern "C" fn pulse_strerror(code: c_int) -> *const c_char {
     };
     s.as_ptr()
 }
+
+/// Forgets threads made with `pulse_ctx_make` outside a run that were freed without running
+/// (the benchmark's creations).
+pub(crate) fn forget_pending() {
+    PENDING_THREADS.store(0, Ordering::Release);
+}

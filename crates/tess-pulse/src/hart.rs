@@ -57,8 +57,9 @@ pub(crate) struct HartState {
     after_switch: AtomicPtr<AtomicU32>,
     /// The thread that just finished (freed by `pulse_thread_free` in `done`).
     pub(crate) finished: AtomicPtr<PulseThread>,
-    /// When the current scheduler callback started (0 when none): the watchdog's clock.
-    pub(crate) sched_since_ns: AtomicU64,
+    /// The hart's tick count (+1) when the current scheduler activation started, 0 when none:
+    /// the watchdog's clock (a tick count, not a clock read, to keep switches cheap).
+    pub(crate) sched_since_tick: AtomicU64,
     pub(crate) watchdog_reported: AtomicBool,
     pub(crate) tid: AtomicI32,
     pub(crate) cpu: usize,
@@ -128,7 +129,7 @@ impl HartState {
             reason: AtomicU8::new(Reason::Enter as u8),
             after_switch: AtomicPtr::new(std::ptr::null_mut()),
             finished: AtomicPtr::new(std::ptr::null_mut()),
-            sched_since_ns: AtomicU64::new(0),
+            sched_since_tick: AtomicU64::new(0),
             watchdog_reported: AtomicBool::new(false),
             tid: AtomicI32::new(0),
             cpu,
@@ -159,6 +160,12 @@ impl HartState {
             4 => Reason::Block,
             _ => Reason::Enter,
         }
+    }
+
+    /// Starts the watchdog's count for a scheduler activation.
+    fn mark_sched_start(&self) {
+        self.sched_since_tick
+            .store(self.stats.fired.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
     /// The scheduler stack's guard page (for the overflow report).
@@ -206,10 +213,13 @@ impl HartState {
         unsafe { (*t).state.store(ThreadState::Runnable as u8, Ordering::Relaxed) };
         self.current.store(t, Ordering::Relaxed);
         self.tick_pending.store(0, Ordering::Relaxed);
-        self.sched_since_ns.store(0, Ordering::Relaxed);
-        self.stats.switches.fetch_add(1, Ordering::Relaxed);
-        let handler = self.tick_handler_ns.swap(0, Ordering::Relaxed);
+        self.sched_since_tick.store(0, Ordering::Relaxed);
+        // Only this hart writes its counters: a load and a store, no locked instruction.
+        let n = self.stats.switches.load(Ordering::Relaxed);
+        self.stats.switches.store(n + 1, Ordering::Relaxed);
+        let handler = self.tick_handler_ns.load(Ordering::Relaxed);
         if handler != 0 {
+            self.tick_handler_ns.store(0, Ordering::Relaxed);
             self.record_tick(handler);
         }
         // SAFETY: ctx.sp is a suspended context (caller's contract); the discard slot absorbs
@@ -302,16 +312,18 @@ pub(crate) extern "C" fn pulse_preempt_prepare() -> SpPair {
 unsafe extern "C" fn sched_main(hart: usize, _: usize) -> ! {
     // SAFETY: enter_scheduler passes its own HartState.
     let h = unsafe { &*(hart as *const HartState) };
-    let word = h.after_switch.swap(std::ptr::null_mut(), Ordering::Relaxed);
+    let word = h.after_switch.load(Ordering::Relaxed);
     if !word.is_null() {
+        h.after_switch.store(std::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: release_after_switch stored a spin word that lives in a lock or list that
         // outlives the blocked thread.
         unsafe { (*word).store(0, Ordering::Release) };
     }
-    h.sched_since_ns.store(now_ns(), Ordering::Relaxed);
+    h.mark_sched_start();
     let shared = h.shared();
     let reason = h.reason();
-    let cur = h.current.swap(std::ptr::null_mut(), Ordering::Relaxed);
+    let cur = h.current.load(Ordering::Relaxed);
+    h.current.store(std::ptr::null_mut(), Ordering::Relaxed);
     if shared.has_sleepers() {
         shared.release_sleepers(Some(h));
     }
@@ -351,7 +363,7 @@ unsafe fn idle_loop(h: &HartState) -> ! {
 /// whose time came, and waits briefly for work. Returns to let the scheduler look again.
 pub(crate) fn sched_ctx_done(h: &HartState) {
     let shared = h.shared();
-    h.sched_since_ns.store(0, Ordering::Relaxed);
+    h.sched_since_tick.store(0, Ordering::Relaxed);
     if shared.finished() {
         h.exit_to_base();
     }
@@ -362,7 +374,7 @@ pub(crate) fn sched_ctx_done(h: &HartState) {
         shared.idle_wait(h);
         shared.release_sleepers(Some(h));
     }
-    h.sched_since_ns.store(now_ns(), Ordering::Relaxed);
+    h.mark_sched_start();
 }
 
 /// Ends the running thread (its function returned).

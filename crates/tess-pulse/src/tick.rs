@@ -264,7 +264,7 @@ fn handle_tick(info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
                 .store(expiry + h.period_ns, Ordering::Relaxed);
         }
     }
-    crate::fault::watchdog(h, now);
+    crate::fault::watchdog(h);
     // SAFETY: the kernel passes a valid ucontext_t for SA_SIGINFO handlers.
     let uc = unsafe { &mut *(uc as *mut libc::ucontext_t) };
     let gregs = &mut uc.uc_mcontext.gregs;
