@@ -79,6 +79,9 @@ extern "C" {
 #endif // __cplusplus
 
 // Registers the scheduler's callbacks (copied). Returns PULSE_OK or PULSE_EINVAL (NULL).
+//
+// # Safety
+// `sched` is NULL or points to a valid `pulse_sched_t`.
 int pulse_sched_reg(const pulse_sched_t *sched);
 
 // Starts `harts` harts with a tick every `tick_ns` nanoseconds (0: no ticks, a cooperative
@@ -92,16 +95,28 @@ pulse_thread_t *pulse_thread_alloc(size_t stack_size);
 
 // Prepares `thread` to run `func(arg)` when first restored; returns its context (inside the
 // thread, valid until it is freed), or NULL if `thread` or `func` is NULL.
+//
+// # Safety
+// `thread` is NULL or came from `pulse_thread_alloc` and is not running.
 pulse_ctx_t *pulse_ctx_make(pulse_thread_t *thread, void (*func)(void *arg), void *arg);
 
 // The context of `thread` (where Pulse saves it).
+//
+// # Safety
+// `thread` is NULL or a live thread.
 pulse_ctx_t *pulse_thread_ctx(pulse_thread_t *thread);
 
 // Copies a context.
+//
+// # Safety
+// `dst` and `src` are NULL or point to contexts.
 void pulse_ctx_copy(pulse_ctx_t *dst, const pulse_ctx_t *src);
 
 // Switches this hart to `ctx` and turns ticks on. Called from a scheduler callback; does not
 // return.
+//
+// # Safety
+// `ctx` points to a suspended context the caller owns; called from a scheduler callback.
 void pulse_ctx_restore_enable_ticks(const pulse_ctx_t *ctx);
 
 // Gives control to Pulse from a scheduler with nothing to run: waits briefly for work, takes
@@ -125,15 +140,27 @@ void pulse_yield(void);
 void pulse_sleep_ns(uint64_t ns);
 
 // Names `thread` for reports (stack overflow, panics); `name` is copied (31 bytes kept).
+//
+// # Safety
+// `thread` is NULL or live; `name` is NULL or NUL-terminated.
 void pulse_thread_set_name(pulse_thread_t *thread, const char *name);
 
 // Initializes a lock (same as zero-filling it).
+//
+// # Safety
+// `lock` is NULL or points to writable memory for a `pulse_lock_t`.
 void pulse_lock_init(pulse_lock_t *lock);
 
 // Acquires a lock.
+//
+// # Safety
+// `lock` is NULL or an initialized lock.
 void pulse_lock_acquire(pulse_lock_t *lock);
 
 // Releases a lock held by the caller.
+//
+// # Safety
+// `lock` is NULL or an initialized lock held by the caller.
 void pulse_lock_release(pulse_lock_t *lock);
 
 // Names a PULSE_* code.

@@ -88,8 +88,7 @@ pub(crate) fn begin(shared: &Arc<Shared>, new_n: usize) -> Result<(), PulseError
         )));
     }
     let a = &shared.adapt;
-    if a
-        .in_progress
+    if a.in_progress
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
@@ -168,15 +167,9 @@ impl Shared {
         let ctx: Vec<PulseCtx> = (0..old_n)
             .map(|v| {
                 let t = a.running[v].swap(std::ptr::null_mut(), Ordering::AcqRel);
-                PulseCtx {
-                    // SAFETY: a handed-over thread is live and suspended; its ctx is current.
-                    sp: if t.is_null() {
-                        std::ptr::null_mut()
-                    } else {
-                        unsafe { (*t).ctx.sp }
-                    },
-                    thread: t,
-                }
+                // SAFETY: a handed-over thread is live and suspended; its ctx is current.
+                let sp = unsafe { t.as_ref() }.map_or(std::ptr::null_mut(), |t| t.ctx.sp);
+                PulseCtx { sp, thread: t }
             })
             .collect();
         self.set_harts(effective_new);

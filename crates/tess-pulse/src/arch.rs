@@ -313,12 +313,12 @@ pub(crate) unsafe fn make_context(
     let words = sp as *mut u64;
     let values: [u64; FRAME_WORDS + 2] = [
         FRESH_CONTROL_WORDS,
-        0,                        // r15
-        arg1 as u64,              // r14
-        arg0 as u64,              // r13
-        entry as usize as u64,    // r12
-        0,                        // rbx
-        0,                        // rbp
+        0,                     // r15
+        arg1 as u64,           // r14
+        arg0 as u64,           // r13
+        entry as usize as u64, // r12
+        0,                     // rbx
+        0,                     // rbp
         pulse_ctx_entry as *const () as usize as u64,
         0,
         0,

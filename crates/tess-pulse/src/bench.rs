@@ -256,7 +256,8 @@ fn thread_create(batches: usize, per_batch: usize) -> Result<Vec<f64>, BoxError>
         for _ in 0..per_batch {
             let t = crate::ffi::pulse_thread_alloc(0);
             made.push(t);
-            crate::ffi::pulse_ctx_make(t, Some(nothing), std::ptr::null_mut());
+            // SAFETY: t is a fresh thread from pulse_thread_alloc.
+            unsafe { crate::ffi::pulse_ctx_make(t, Some(nothing), std::ptr::null_mut()) };
         }
         let took = now_ns() - t0;
         out.push(took as f64 / per_batch as f64);
@@ -368,7 +369,9 @@ pub fn run(o: &BenchOptions) -> Result<Report, BoxError> {
             Some(f)
         }
         Err(e) => {
-            r.note(format!("SCHED_FIFO baseline not measured: {e} (needs root)"));
+            r.note(format!(
+                "SCHED_FIFO baseline not measured: {e} (needs root)"
+            ));
             None
         }
     };
@@ -386,7 +389,14 @@ pub fn run(o: &BenchOptions) -> Result<Report, BoxError> {
 
     let mut t = Table::new(
         "Pulse vs the kernel (ns unless noted)",
-        &["quantity", "Pulse median", "Pulse p99", "baseline", "baseline median", "baseline p99"],
+        &[
+            "quantity",
+            "Pulse median",
+            "Pulse p99",
+            "baseline",
+            "baseline median",
+            "baseline p99",
+        ],
     );
     let f = |x: f64| format!("{x:.0}");
     t.row(&[
@@ -474,7 +484,10 @@ pub fn run(o: &BenchOptions) -> Result<Report, BoxError> {
         "user-level thread switch (ns)",
         Some("seed 004 section 4.5 (no figure for a yield)"),
         "coop_switch_ns",
-        Some(("kernel_switch_ns", "futex ping-pong between two threads on one CPU")),
+        Some((
+            "kernel_switch_ns",
+            "futex ping-pong between two threads on one CPU",
+        )),
     );
     r.compare(
         "tick: timer expiry to the next thread running, median (ns)",

@@ -95,38 +95,38 @@ pub(crate) extern "C" fn on_segv(
             match thread {
                 Some(t) if t.guard_range().is_some_and(|g| g.contains(&addr)) => {
                     let name = std::str::from_utf8(t.name_bytes()).unwrap_or("?");
-                    let _ = write!(
+                    let _ = writeln!(
                         m,
-                        "tess-pulse: stack overflow: thread '{name}' (id {}) on vhart {} hit its guard page at {addr:#x}\n",
+                        "tess-pulse: stack overflow: thread '{name}' (id {}) on vhart {} hit its guard page at {addr:#x}",
                         t.id, h.vhart
                     );
                 }
                 _ if h.sched_guard().contains(&addr) => {
-                    let _ = write!(
+                    let _ = writeln!(
                         m,
-                        "tess-pulse: stack overflow: the scheduler context of vhart {} hit its guard page at {addr:#x}\n",
+                        "tess-pulse: stack overflow: the scheduler context of vhart {} hit its guard page at {addr:#x}",
                         h.vhart
                     );
                 }
                 Some(t) => {
                     let name = std::str::from_utf8(t.name_bytes()).unwrap_or("?");
-                    let _ = write!(
+                    let _ = writeln!(
                         m,
-                        "tess-pulse: signal {sig} at {addr:#x} in thread '{name}' (id {}) on vhart {}\n",
+                        "tess-pulse: signal {sig} at {addr:#x} in thread '{name}' (id {}) on vhart {}",
                         t.id, h.vhart
                     );
                 }
                 None => {
-                    let _ = write!(
+                    let _ = writeln!(
                         m,
-                        "tess-pulse: signal {sig} at {addr:#x} in the scheduler context of vhart {}\n",
+                        "tess-pulse: signal {sig} at {addr:#x} in the scheduler context of vhart {}",
                         h.vhart
                     );
                 }
             }
         }
         None => {
-            let _ = write!(m, "tess-pulse: signal {sig} at {addr:#x} outside Pulse\n");
+            let _ = writeln!(m, "tess-pulse: signal {sig} at {addr:#x} outside Pulse");
         }
     }
     m.emit();
@@ -150,9 +150,9 @@ pub(crate) fn watchdog(h: &HartState) {
         return;
     }
     let mut m = Msg::new();
-    let _ = write!(
+    let _ = writeln!(
         m,
-        "tess-pulse: the scheduler callback on vhart {} has run for {} ms without returning or restoring a thread (scheduler code must not block or spin; call pulse_sched_ctx_done)\n",
+        "tess-pulse: the scheduler callback on vhart {} has run for {} ms without returning or restoring a thread (scheduler code must not block or spin; call pulse_sched_ctx_done)",
         h.vhart,
         ticks * period / 1_000_000
     );
@@ -176,7 +176,10 @@ pub(crate) fn scheduler_panicked(name: &str, vhart: usize, p: &(dyn std::any::An
 }
 
 /// A Pulse thread's function panicked: report; the thread ends as if it returned.
-pub(crate) fn report_thread_panic(t: *mut crate::thread::PulseThread, p: &(dyn std::any::Any + Send)) {
+pub(crate) fn report_thread_panic(
+    t: *mut crate::thread::PulseThread,
+    p: &(dyn std::any::Any + Send),
+) {
     // SAFETY: t is the running thread.
     let (id, name) = unsafe { ((*t).id, (*t).name().to_string()) };
     // Ticks off while stderr's lock is held: a thread preempted inside it would let the next

@@ -30,6 +30,7 @@ pub const PULSE_ESYS: c_int = -3;
 pub const PULSE_EBUSY: c_int = -4;
 
 /// A user-level thread. Opaque.
+#[derive(Debug)]
 pub struct PulseThreadC {
     _private: (),
 }
@@ -87,8 +88,11 @@ fn to_rust(s: PulseSchedT) -> PulseSchedC {
 }
 
 /// Registers the scheduler's callbacks (copied). Returns PULSE_OK or PULSE_EINVAL (NULL).
+///
+/// # Safety
+/// `sched` is NULL or points to a valid `pulse_sched_t`.
 #[no_mangle]
-pub extern "C" fn pulse_sched_reg(sched: *const PulseSchedT) -> c_int {
+pub unsafe extern "C" fn pulse_sched_reg(sched: *const PulseSchedT) -> c_int {
     // SAFETY: the caller passes a valid table or NULL.
     let Some(s) = (unsafe { sched.as_ref() }) else {
         return PULSE_EINVAL;
@@ -146,8 +150,11 @@ pub extern "C" fn pulse_thread_alloc(stack_size: usize) -> *mut PulseThreadC {
 
 /// Prepares `thread` to run `func(arg)` when first restored; returns its context (inside the
 /// thread, valid until it is freed), or NULL if `thread` or `func` is NULL.
+///
+/// # Safety
+/// `thread` is NULL or came from `pulse_thread_alloc` and is not running.
 #[no_mangle]
-pub extern "C" fn pulse_ctx_make(
+pub unsafe extern "C" fn pulse_ctx_make(
     thread: *mut PulseThreadC,
     func: Option<extern "C" fn(arg: *mut c_void)>,
     arg: *mut c_void,
@@ -169,8 +176,11 @@ pub extern "C" fn pulse_ctx_make(
 }
 
 /// The context of `thread` (where Pulse saves it).
+///
+/// # Safety
+/// `thread` is NULL or a live thread.
 #[no_mangle]
-pub extern "C" fn pulse_thread_ctx(thread: *mut PulseThreadC) -> *mut PulseCtxC {
+pub unsafe extern "C" fn pulse_thread_ctx(thread: *mut PulseThreadC) -> *mut PulseCtxC {
     if thread.is_null() {
         return std::ptr::null_mut();
     }
@@ -179,8 +189,11 @@ pub extern "C" fn pulse_thread_ctx(thread: *mut PulseThreadC) -> *mut PulseCtxC 
 }
 
 /// Copies a context.
+///
+/// # Safety
+/// `dst` and `src` are NULL or point to contexts.
 #[no_mangle]
-pub extern "C" fn pulse_ctx_copy(dst: *mut PulseCtxC, src: *const PulseCtxC) {
+pub unsafe extern "C" fn pulse_ctx_copy(dst: *mut PulseCtxC, src: *const PulseCtxC) {
     if !dst.is_null() && !src.is_null() {
         // SAFETY: both point to contexts (caller's contract).
         unsafe { *dst = *src };
@@ -189,8 +202,11 @@ pub extern "C" fn pulse_ctx_copy(dst: *mut PulseCtxC, src: *const PulseCtxC) {
 
 /// Switches this hart to `ctx` and turns ticks on. Called from a scheduler callback; does not
 /// return.
+///
+/// # Safety
+/// `ctx` points to a suspended context the caller owns; called from a scheduler callback.
 #[no_mangle]
-pub extern "C" fn pulse_ctx_restore_enable_ticks(ctx: *const PulseCtxC) {
+pub unsafe extern "C" fn pulse_ctx_restore_enable_ticks(ctx: *const PulseCtxC) {
     let Some(h) = hart::current() else {
         eprintln!("tess-pulse: pulse_ctx_restore_enable_ticks called outside a hart");
         std::process::abort();
@@ -252,8 +268,11 @@ pub extern "C" fn pulse_sleep_ns(ns: u64) {
 }
 
 /// Names `thread` for reports (stack overflow, panics); `name` is copied (31 bytes kept).
+///
+/// # Safety
+/// `thread` is NULL or live; `name` is NULL or NUL-terminated.
 #[no_mangle]
-pub extern "C" fn pulse_thread_set_name(thread: *mut PulseThreadC, name: *const c_char) {
+pub unsafe extern "C" fn pulse_thread_set_name(thread: *mut PulseThreadC, name: *const c_char) {
     if thread.is_null() || name.is_null() {
         return;
     }
@@ -264,8 +283,11 @@ pub extern "C" fn pulse_thread_set_name(thread: *mut PulseThreadC, name: *const 
 }
 
 /// Initializes a lock (same as zero-filling it).
+///
+/// # Safety
+/// `lock` is NULL or points to writable memory for a `pulse_lock_t`.
 #[no_mangle]
-pub extern "C" fn pulse_lock_init(lock: *mut PulseLockC) {
+pub unsafe extern "C" fn pulse_lock_init(lock: *mut PulseLockC) {
     if !lock.is_null() {
         // SAFETY: the caller's memory, sized for a RawLock (asserted).
         unsafe { lock.cast::<crate::RawLock>().write(crate::RawLock::new()) };
@@ -273,8 +295,11 @@ pub extern "C" fn pulse_lock_init(lock: *mut PulseLockC) {
 }
 
 /// Acquires a lock.
+///
+/// # Safety
+/// `lock` is NULL or an initialized lock.
 #[no_mangle]
-pub extern "C" fn pulse_lock_acquire(lock: *mut PulseLockC) {
+pub unsafe extern "C" fn pulse_lock_acquire(lock: *mut PulseLockC) {
     // SAFETY: an initialized lock (caller's contract).
     if let Some(l) = unsafe { lock.cast::<crate::RawLock>().as_ref() } {
         l.lock();
@@ -282,8 +307,11 @@ pub extern "C" fn pulse_lock_acquire(lock: *mut PulseLockC) {
 }
 
 /// Releases a lock held by the caller.
+///
+/// # Safety
+/// `lock` is NULL or an initialized lock held by the caller.
 #[no_mangle]
-pub extern "C" fn pulse_lock_release(lock: *mut PulseLockC) {
+pub unsafe extern "C" fn pulse_lock_release(lock: *mut PulseLockC) {
     // SAFETY: an initialized lock (caller's contract).
     if let Some(l) = unsafe { lock.cast::<crate::RawLock>().as_ref() } {
         l.unlock();

@@ -21,7 +21,9 @@ use crate::runtime::Shared;
 use crate::stack::{Stack, StackError};
 use crate::thread::{PulseCtx, PulseThread, ThreadState};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 
 /// Why the scheduler context was entered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,8 +166,10 @@ impl HartState {
 
     /// Starts the watchdog's count for a scheduler activation.
     fn mark_sched_start(&self) {
-        self.sched_since_tick
-            .store(self.stats.fired.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.sched_since_tick.store(
+            self.stats.fired.load(Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
     }
 
     /// The scheduler stack's guard page (for the overflow report).
@@ -185,7 +189,12 @@ impl HartState {
         // caller is an application or base context, never the scheduler itself (a scheduler
         // that needs to wait calls pulse_sched_ctx_done, which does not re-enter).
         let sp = unsafe {
-            arch::make_context(self.sched_stack.top(), sched_main, self as *const _ as usize, 0)
+            arch::make_context(
+                self.sched_stack.top(),
+                sched_main,
+                self as *const _ as usize,
+                0,
+            )
         };
         // SAFETY: `save` is valid per the caller; `sp` is a fresh context; the flag is ours.
         unsafe { pulse_switch(save, sp, self.ticks_enabled.as_ptr(), 0) };
@@ -210,7 +219,10 @@ impl HartState {
         }
         let t = ctx.thread;
         // SAFETY: t is live (caller's contract).
-        unsafe { (*t).state.store(ThreadState::Runnable as u8, Ordering::Relaxed) };
+        unsafe {
+            (*t).state
+                .store(ThreadState::Runnable as u8, Ordering::Relaxed)
+        };
         self.current.store(t, Ordering::Relaxed);
         self.tick_pending.store(0, Ordering::Relaxed);
         self.sched_since_tick.store(0, Ordering::Relaxed);
@@ -224,7 +236,14 @@ impl HartState {
         }
         // SAFETY: ctx.sp is a suspended context (caller's contract); the discard slot absorbs
         // the scheduler's stack pointer, which nothing resumes.
-        unsafe { pulse_switch(self.discard_sp.get(), ctx.sp, self.ticks_enabled.as_ptr(), 1) };
+        unsafe {
+            pulse_switch(
+                self.discard_sp.get(),
+                ctx.sp,
+                self.ticks_enabled.as_ptr(),
+                1,
+            )
+        };
         unreachable!("a restored scheduler activation is never resumed")
     }
 
@@ -302,9 +321,8 @@ pub(crate) extern "C" fn pulse_preempt_prepare() -> SpPair {
     };
     // SAFETY: no scheduler activation is live on this hart (ticks were on, so the hart was in
     // an application context).
-    let sp = unsafe {
-        arch::make_context(h.sched_stack.top(), sched_main, h as *const _ as usize, 0)
-    };
+    let sp =
+        unsafe { arch::make_context(h.sched_stack.top(), sched_main, h as *const _ as usize, 0) };
     SpPair(save, sp as usize)
 }
 
@@ -314,7 +332,8 @@ unsafe extern "C" fn sched_main(hart: usize, _: usize) -> ! {
     let h = unsafe { &*(hart as *const HartState) };
     let word = h.after_switch.load(Ordering::Relaxed);
     if !word.is_null() {
-        h.after_switch.store(std::ptr::null_mut(), Ordering::Relaxed);
+        h.after_switch
+            .store(std::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: release_after_switch stored a spin word that lives in a lock or list that
         // outlives the blocked thread.
         unsafe { (*word).store(0, Ordering::Release) };
@@ -384,7 +403,11 @@ pub(crate) fn exit_current() -> ! {
     let cur = h.current.swap(std::ptr::null_mut(), Ordering::Relaxed);
     if !cur.is_null() {
         // SAFETY: cur is this thread, still live.
-        unsafe { (*cur).state.store(ThreadState::Done as u8, Ordering::Release) };
+        unsafe {
+            (*cur)
+                .state
+                .store(ThreadState::Done as u8, Ordering::Release)
+        };
         h.finished.store(cur, Ordering::Relaxed);
     }
     h.shared().thread_finished();

@@ -225,9 +225,11 @@ impl RawLock {
                     link = std::ptr::addr_of_mut!((**link).next);
                 }
                 *link = me;
-                (*me).waiting_on
+                (*me)
+                    .waiting_on
                     .store(self as *const _ as *mut _, Ordering::Relaxed);
-                (*me).state
+                (*me)
+                    .state
                     .store(ThreadState::Blocked as u8, Ordering::Relaxed);
             }
             self.inherit_to_owner(me);
@@ -291,9 +293,11 @@ impl RawLock {
             self.owner.store(next as usize, Ordering::Release);
             // SAFETY: next was parked here and is ours now.
             unsafe {
-                (*next).waiting_on
+                (*next)
+                    .waiting_on
                     .store(std::ptr::null_mut(), Ordering::Relaxed);
-                (*next).inherited_ns
+                (*next)
+                    .inherited_ns
                     .fetch_min(self.earliest_waiter(), Ordering::AcqRel);
             }
         }

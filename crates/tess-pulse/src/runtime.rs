@@ -6,7 +6,7 @@ use crate::clock::{self, now_ns};
 use crate::hart::{self, HartState};
 use crate::lock::SpinLock;
 use crate::sched::{Callbacks, Scheduler};
-use crate::thread::{Entry, PulseThread, Thread};
+use crate::thread::{Entry, PulseThread};
 use crate::{tick, StackError};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +83,8 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     n_harts: AtomicUsize,
     pub(crate) harts: [AtomicPtr<HartState>; MAX_HARTS],
+    // Boxed: harts hold raw pointers to their HartState, which must not move when the Vec grows.
+    #[allow(clippy::vec_box)]
     all_harts: Mutex<Vec<Box<HartState>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<Result<(), PulseError>>>>,
     doorbell: AtomicU32,
@@ -315,19 +317,16 @@ fn hart_thread(shared: Arc<Shared>, h: *mut HartState, epoch: u64) -> Result<(),
         source,
     })?;
     // SAFETY: gettid has no preconditions.
-    h.tid
-        .store(unsafe { libc::gettid() }, Ordering::Release);
+    h.tid.store(unsafe { libc::gettid() }, Ordering::Release);
     h.adapt_epoch_seen.store(epoch, Ordering::Release);
     // SAFETY: the HartState outlives this kernel thread's use of it; cleared below.
     unsafe { crate::arch::pulse_set_current_hart(h as *const _ as *mut _) };
     let timer = if h.period_ns > 0 {
-        Some(
-            tick::HartTimer::arm(h).map_err(|source| PulseError::Hart {
-                vhart,
-                what: "arming its tick timer",
-                source,
-            })?,
-        )
+        Some(tick::HartTimer::arm(h).map_err(|source| PulseError::Hart {
+            vhart,
+            what: "arming its tick timer",
+            source,
+        })?)
     } else {
         None
     };
@@ -412,7 +411,10 @@ impl Pulse {
         Pulse::with_callbacks(config, Callbacks::Rust(Box::new(sched)))
     }
 
-    pub(crate) fn with_callbacks(config: Config, callbacks: Callbacks) -> Result<Pulse, PulseError> {
+    pub(crate) fn with_callbacks(
+        config: Config,
+        callbacks: Callbacks,
+    ) -> Result<Pulse, PulseError> {
         if config.harts == 0 || config.harts > MAX_HARTS {
             return Err(PulseError::Config(format!(
                 "harts must be 1..={MAX_HARTS}, not {}",
@@ -589,7 +591,13 @@ impl PulseHandle {
     /// Counters and tick-latency samples so far.
     pub fn stats(&self) -> TickStats {
         let mut s = TickStats::default();
-        for h in self.shared.all_harts.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for h in self
+            .shared
+            .all_harts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             s.fired += h.stats.fired.load(Ordering::Relaxed);
             s.preempted += h.stats.preempted.load(Ordering::Relaxed);
             s.masked += h.stats.masked.load(Ordering::Relaxed);
@@ -674,11 +682,4 @@ pub fn sleep_until_ns(at_ns: u64) {
         return;
     }
     shared.sleep_until(h, t, at_ns);
-}
-
-impl Thread {
-    /// Hands this thread back to the scheduler from outside it (tests, custom primitives).
-    pub(crate) fn wake_in(self, shared: &Shared) -> bool {
-        shared.make_runnable(self.into_raw())
-    }
 }

@@ -133,7 +133,11 @@ impl PulseThread {
 
     /// Prepares the thread to start at `entry` when first resumed (`pulse_ctx_make`).
     pub(crate) fn make(&mut self, entry: Entry) {
-        let top = self.stack.as_ref().expect("an allocated thread has a stack").top();
+        let top = self
+            .stack
+            .as_ref()
+            .expect("an allocated thread has a stack")
+            .top();
         self.entry = entry;
         // SAFETY: the stack is this thread's and nothing runs on it (it is not started);
         // thread_main never returns (it ends in `exit_current`).
@@ -273,10 +277,6 @@ impl Thread {
     pub fn info(&self) -> &PulseThread {
         // SAFETY: we own a live thread.
         unsafe { self.0.as_ref() }
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut PulseThread {
-        self.0.as_ptr()
     }
 }
 

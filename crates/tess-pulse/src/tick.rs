@@ -102,7 +102,9 @@ unsafe extern "C" fn collect_ranges(
             let n = NO_PREEMPT_LEN.load(Ordering::Relaxed);
             if n < MAX_RANGES {
                 NO_PREEMPT[n].0.store(start, Ordering::Relaxed);
-                NO_PREEMPT[n].1.store(start + ph.p_memsz as usize, Ordering::Relaxed);
+                NO_PREEMPT[n]
+                    .1
+                    .store(start + ph.p_memsz as usize, Ordering::Relaxed);
                 NO_PREEMPT_LEN.store(n + 1, Ordering::Release);
             }
         }
@@ -112,9 +114,9 @@ unsafe extern "C" fn collect_ranges(
 
 fn in_unpreemptible_library(rip: usize) -> bool {
     let n = NO_PREEMPT_LEN.load(Ordering::Acquire);
-    NO_PREEMPT[..n].iter().any(|(s, e)| {
-        rip >= s.load(Ordering::Relaxed) && rip < e.load(Ordering::Relaxed)
-    })
+    NO_PREEMPT[..n]
+        .iter()
+        .any(|(s, e)| rip >= s.load(Ordering::Relaxed) && rip < e.load(Ordering::Relaxed))
 }
 
 static INSTALL: Once = Once::new();
@@ -128,9 +130,9 @@ pub(crate) fn install_handlers() -> std::io::Result<()> {
         // SAFETY: installing handlers with valid sigaction structs; the handlers are
         // async-signal-safe (module docs, fault.rs).
         let r = unsafe {
-            install(tick_signal(), on_tick as usize).and_then(|_| {
-                install(libc::SIGSEGV, crate::fault::on_segv as usize)?;
-                install(libc::SIGBUS, crate::fault::on_segv as usize)
+            install(tick_signal(), on_tick as *const () as usize).and_then(|_| {
+                install(libc::SIGSEGV, crate::fault::on_segv as *const () as usize)?;
+                install(libc::SIGBUS, crate::fault::on_segv as *const () as usize)
             })
         };
         if let Err(e) = r {
@@ -188,8 +190,7 @@ impl HartTimer {
             it_value: timespec(first),
         };
         // SAFETY: id is our timer; spec is valid.
-        if unsafe { libc::timer_settime(id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) }
-            != 0
+        if unsafe { libc::timer_settime(id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) } != 0
         {
             let e = std::io::Error::last_os_error();
             // SAFETY: deleting the timer we created.

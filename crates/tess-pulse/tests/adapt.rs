@@ -7,10 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tess_pulse::{Config, Grr, Hart, Pulse, PulseError, Scheduler, Thread};
 
+/// One `adapt` call: (old_n, new_n, threads handed over, the vhart it ran on).
+type AdaptCall = (usize, usize, usize, Option<usize>);
+
 /// GRR that records every `adapt` call and can be slowed down inside it.
 struct Recording {
     inner: Grr,
-    calls: Arc<Mutex<Vec<(usize, usize, usize, Option<usize>)>>>,
+    calls: Arc<Mutex<Vec<AdaptCall>>>,
     slow: Duration,
 }
 
@@ -81,13 +84,19 @@ fn two_to_one_to_two_loses_no_thread_and_keeps_vhart_ids() {
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
             h.resize(1).unwrap();
-            assert!(h.wait_adapted(Duration::from_secs(5)), "2 -> 1 did not finish");
+            assert!(
+                h.wait_adapted(Duration::from_secs(5)),
+                "2 -> 1 did not finish"
+            );
             assert_eq!(h.harts(), 1);
             phase.store(1, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(100));
             phase.store(2, Ordering::SeqCst);
             h.resize(2).unwrap();
-            assert!(h.wait_adapted(Duration::from_secs(5)), "1 -> 2 did not finish");
+            assert!(
+                h.wait_adapted(Duration::from_secs(5)),
+                "1 -> 2 did not finish"
+            );
             assert_eq!(h.harts(), 2);
             std::thread::sleep(Duration::from_millis(100));
             stop.store(true, Ordering::SeqCst);
@@ -101,14 +110,29 @@ fn two_to_one_to_two_loses_no_thread_and_keeps_vhart_ids() {
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert_eq!((calls[0].0, calls[0].1), (2, 1));
     assert_eq!((calls[1].0, calls[1].1), (1, 2));
-    assert!(calls.iter().all(|c| c.3 == Some(0)), "adapt runs on vhart 0: {calls:?}");
-    assert!(calls[0].2 >= 1, "the threads running on 2 harts were handed to adapt");
+    assert!(
+        calls.iter().all(|c| c.3 == Some(0)),
+        "adapt runs on vhart 0: {calls:?}"
+    );
+    assert!(
+        calls[0].2 >= 1,
+        "the threads running on 2 harts were handed to adapt"
+    );
     let seen = *seen.lock().unwrap();
-    assert!(seen[0][0] && seen[0][1], "both vharts ran threads before: {seen:?}");
+    assert!(
+        seen[0][0] && seen[0][1],
+        "both vharts ran threads before: {seen:?}"
+    );
     // Threads can still be finishing the observation of phase 0 when phase 1 is set, but
     // after the change to one hart only vhart 0 exists.
-    assert!(seen[1][0] && !seen[1][1], "only vhart 0 during the 1-hart phase: {seen:?}");
-    assert!(seen[2][0] && seen[2][1], "vhart 1 is back after regrowing: {seen:?}");
+    assert!(
+        seen[1][0] && !seen[1][1],
+        "only vhart 0 during the 1-hart phase: {seen:?}"
+    );
+    assert!(
+        seen[2][0] && seen[2][1],
+        "vhart 1 is back after regrowing: {seen:?}"
+    );
     assert_eq!(adapt_ns.len(), 2);
 }
 

@@ -10,7 +10,10 @@ fn static_lib() -> PathBuf {
     // a hashed name (and a copy in target/<profile> after `cargo build`): take the newest.
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps dir");
-    let candidates = [deps.to_path_buf(), deps.parent().expect("profile dir").to_path_buf()];
+    let candidates = [
+        deps.to_path_buf(),
+        deps.parent().expect("profile dir").to_path_buf(),
+    ];
     candidates
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
@@ -39,7 +42,10 @@ fn listing_2_in_c_runs_and_preempts() {
         .status()
         .expect("run cc");
     assert!(status.success(), "cc failed");
-    let out = Command::new(&exe).args(["6", "2"]).output().expect("run pulse_rr");
+    let out = Command::new(&exe)
+        .args(["6", "2"])
+        .output()
+        .expect("run pulse_rr");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -52,7 +58,10 @@ fn listing_2_in_c_runs_and_preempts() {
             .lines()
             .find(|l| l.starts_with(&format!("thread {i}:")))
             .unwrap_or_else(|| panic!("no line for thread {i}: {text}"));
-        assert!(!line.contains("preempted 0 times"), "thread {i} never preempted: {line}");
+        assert!(
+            !line.contains("preempted 0 times"),
+            "thread {i} never preempted: {line}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

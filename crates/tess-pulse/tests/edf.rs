@@ -30,8 +30,8 @@ fn earliest_deadline_runs_first() {
     let log = Arc::new(Mutex::new(Vec::new()));
     for (name, d) in [("late", 300u64), ("early", 100), ("middle", 200)] {
         let log = log.clone();
-        let opts = ThreadOptions::named(name)
-            .timing(Duration::from_millis(d), Duration::from_millis(d));
+        let opts =
+            ThreadOptions::named(name).timing(Duration::from_millis(d), Duration::from_millis(d));
         p.spawn_with(opts, move || {
             spin_for(Duration::from_millis(3));
             note(&log, name);
@@ -50,34 +50,43 @@ fn priority_inheritance_runs_the_lock_holder_before_medium_work() {
     let ms = Duration::from_millis;
     {
         let (log, lock) = (log.clone(), lock.clone());
-        p.spawn_with(ThreadOptions::named("low").timing(ms(1000), ms(1000)), move || {
-            let g = lock.lock();
-            note(&log, "low locked");
-            spin_for(ms(30));
-            note(&log, "low unlocks");
-            drop(g);
-            note(&log, "low done");
-        })
+        p.spawn_with(
+            ThreadOptions::named("low").timing(ms(1000), ms(1000)),
+            move || {
+                let g = lock.lock();
+                note(&log, "low locked");
+                spin_for(ms(30));
+                note(&log, "low unlocks");
+                drop(g);
+                note(&log, "low done");
+            },
+        )
         .unwrap();
     }
     {
         let (log, lock) = (log.clone(), lock.clone());
-        p.spawn_with(ThreadOptions::named("high").timing(ms(20), ms(20)), move || {
-            tess_pulse::sleep(ms(5));
-            note(&log, "high wants lock");
-            let _g = lock.lock();
-            note(&log, "high locked");
-        })
+        p.spawn_with(
+            ThreadOptions::named("high").timing(ms(20), ms(20)),
+            move || {
+                tess_pulse::sleep(ms(5));
+                note(&log, "high wants lock");
+                let _g = lock.lock();
+                note(&log, "high locked");
+            },
+        )
         .unwrap();
     }
     {
         let log = log.clone();
-        p.spawn_with(ThreadOptions::named("medium").timing(ms(100), ms(100)), move || {
-            tess_pulse::sleep(ms(6));
-            note(&log, "medium starts");
-            spin_for(ms(50));
-            note(&log, "medium done");
-        })
+        p.spawn_with(
+            ThreadOptions::named("medium").timing(ms(100), ms(100)),
+            move || {
+                tess_pulse::sleep(ms(6));
+                note(&log, "medium starts");
+                spin_for(ms(50));
+                note(&log, "medium done");
+            },
+        )
         .unwrap();
     }
     p.run().unwrap();
@@ -92,5 +101,8 @@ fn priority_inheritance_runs_the_lock_holder_before_medium_work() {
     // before medium runs, and high gets the lock before medium finishes.
     assert!(at("low unlocks") < at("medium done"), "{log:?}");
     assert!(at("high locked") < at("medium done"), "{log:?}");
-    assert!(at("high locked") < at("low done"), "the unlock handed over at once: {log:?}");
+    assert!(
+        at("high locked") < at("low done"),
+        "the unlock handed over at once: {log:?}"
+    );
 }

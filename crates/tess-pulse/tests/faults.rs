@@ -9,6 +9,9 @@ use std::time::Duration;
 use tess_pulse::{Config, Grr, Hart, Pulse, Scheduler, Thread, ThreadOptions};
 
 fn recurse(n: u64) -> u64 {
+    if n == std::hint::black_box(u64::MAX) {
+        return 0;
+    }
     let buf = [n; 64];
     std::hint::black_box(&buf);
     recurse(n + 1) + buf[3]

@@ -37,7 +37,10 @@ fn cooperative_threads_alternate_on_one_hart() {
 /// CPU time of the calling kernel thread (the hart), ns: unlike wall-clock time it does not
 /// grow while other processes' threads hold the CPU.
 fn hart_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -164,7 +167,10 @@ fn sleep_does_not_block_the_hart() {
     p.run().unwrap();
     let slept = slept_ns.load(Ordering::SeqCst);
     assert!(slept >= 20_000_000, "woke after {slept} ns");
-    assert!(worked.load(Ordering::SeqCst) > 100, "the other thread ran meanwhile");
+    assert!(
+        worked.load(Ordering::SeqCst) > 100,
+        "the other thread ran meanwhile"
+    );
 }
 
 #[test]
