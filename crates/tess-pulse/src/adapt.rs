@@ -65,9 +65,10 @@ impl AdaptState {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Waits until adaptation `epoch` (if any) has finished.
-    pub(crate) fn wait_done(&self, epoch: u64) {
-        while self.done_epoch.load(Ordering::Acquire) < epoch {
+    /// Waits until adaptation `epoch` (if any) has finished, or `give_up()` says the run is
+    /// over (every thread finished: vhart 0 may have exited without completing it).
+    pub(crate) fn wait_done(&self, epoch: u64, give_up: impl Fn() -> bool) {
+        while self.done_epoch.load(Ordering::Acquire) < epoch && !give_up() {
             std::thread::yield_now();
         }
     }
@@ -130,7 +131,7 @@ impl Shared {
             if !running.is_null() {
                 self.make_runnable(running);
             }
-            a.wait_done(epoch);
+            a.wait_done(epoch, || self.finished());
             return;
         }
         let old_n = a.old_n.load(Ordering::Acquire);
@@ -138,13 +139,22 @@ impl Shared {
         a.running[h.vhart].store(running, Ordering::Release);
         a.arrived.fetch_add(1, Ordering::AcqRel);
         if h.vhart != 0 {
-            a.wait_done(epoch);
+            a.wait_done(epoch, || self.finished());
+            if self.finished() {
+                h.exit_to_base();
+            }
             if h.vhart >= new_n {
                 h.exit_to_base();
             }
             return;
         }
         while a.arrived.load(Ordering::Acquire) < old_n {
+            if self.finished() {
+                // The last thread ended meanwhile: harts exit instead of arriving.
+                a.done_epoch.store(epoch, Ordering::Release);
+                a.in_progress.store(false, Ordering::Release);
+                h.exit_to_base();
+            }
             std::thread::yield_now();
         }
         let mut spawn_err = None;

@@ -3,7 +3,7 @@
 //!
 //! | figure | what | baseline in the same run |
 //! |---|---|---|
-//! | `coop_switch_ns` | median time of one `yield_now` to the next thread (GRR, one hart, two threads ping-ponging) | `kernel_switch_ns`: two kernel threads on one CPU ping-ponging through a futex, per switch |
+//! | `coop_switch_ns` | median over batches of 1,000 round trips of one `yield_now` to the next thread (GRR, one hart, two threads ping-ponging) | `kernel_switch_ns`: two kernel threads on one CPU ping-ponging through a futex, per switch, batches of 100 round trips |
 //! | `tick_total_ns`, `tick_total_p99_ns` | timer expiry to the next application context running (GRR, one hart, two spinning threads, 1 ms tick) | `fifo_preempt_ns`, `fifo_preempt_p99_ns`: expiry of a `SCHED_FIFO` thread's absolute `clock_nanosleep` to it running, preempting a lower `SCHED_FIFO` spinner on the same CPU |
 //! | `tick_kernel_ns` / `tick_sigreturn_ns` / `tick_user_ns` | the split: expiry -> handler (kernel delivery), handler -> trampoline (`rt_sigreturn`), trampoline -> next thread (user level) | |
 //! | `thread_create_ns` | `pulse_thread_alloc` + `pulse_ctx_make` from a warm stack pool | `pthread_create_ns`: `std::thread::spawn` + `join` |
@@ -15,7 +15,7 @@
 
 use crate::clock::now_ns;
 use crate::{Config, Grr, Pulse};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tess_bench::{Report, Summary, Table};
@@ -68,30 +68,40 @@ fn one_hart(cpu: usize, tick: Option<Duration>) -> Config {
     }
 }
 
-/// Per-yield cost: two threads yield to each other `rounds` x `per_round` times.
-fn coop_switch(cpu: usize, rounds: usize, per_round: u64) -> Result<Vec<f64>, BoxError> {
-    let mut out = Vec::new();
-    for _ in 0..rounds {
-        let mut p = Pulse::new(one_hart(cpu, None), Grr::new(8))?;
-        let start = Arc::new(AtomicU64::new(0));
-        let end = Arc::new(AtomicU64::new(0));
-        for first in [true, false] {
-            let (start, end) = (start.clone(), end.clone());
-            p.spawn(move || {
-                if first {
-                    start.store(now_ns(), Ordering::Relaxed);
-                }
-                for _ in 0..per_round {
+/// Switches per timed batch: short enough (tens of microseconds) that most batches run
+/// without another process taking the CPU, so the median is the switch's own cost even on a
+/// busy machine.
+const BATCH: u64 = 1000;
+
+/// Per-switch cost: two threads on one hart yield to each other; one of them times batches of
+/// `BATCH` of its yields (each is two switches: to the other thread and back).
+fn coop_switch(cpu: usize, batches: usize) -> Result<Vec<f64>, BoxError> {
+    let mut p = Pulse::new(one_hart(cpu, None), Grr::new(8))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let out = Arc::new(std::sync::Mutex::new(Vec::with_capacity(batches)));
+    {
+        let (stop, out) = (stop.clone(), out.clone());
+        p.spawn(move || {
+            let mut v = Vec::with_capacity(batches);
+            for _ in 0..batches {
+                let t0 = now_ns();
+                for _ in 0..BATCH {
                     crate::yield_now();
                 }
-                end.store(now_ns(), Ordering::Relaxed);
-            })?;
-        }
-        p.run()?;
-        let took = end.load(Ordering::Relaxed) - start.load(Ordering::Relaxed);
-        out.push(took as f64 / (2 * per_round) as f64);
+                v.push((now_ns() - t0) as f64 / (2 * BATCH) as f64);
+            }
+            stop.store(true, Ordering::Relaxed);
+            *out.lock().unwrap_or_else(|e| e.into_inner()) = v;
+        })?;
     }
-    Ok(out)
+    p.spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            crate::yield_now();
+        }
+    })?;
+    p.run()?;
+    let v = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(v)
 }
 
 fn futex_wait(w: &AtomicU32, v: u32) {
@@ -119,51 +129,56 @@ fn futex_wake(w: &AtomicU32) {
     };
 }
 
-/// Per-switch cost of two kernel threads on one CPU handing a token back and forth by futex.
-fn kernel_switch(cpu: usize, rounds: usize, per_round: u32) -> Result<Vec<f64>, BoxError> {
-    let mut out = Vec::new();
-    for _ in 0..rounds {
-        // turn: even = ping's turn, odd = pong's.
-        let turn = Arc::new(AtomicU32::new(0));
-        let t2 = turn.clone();
-        let pong = std::thread::spawn(move || -> std::io::Result<()> {
-            pin(cpu)?;
-            for i in 0..per_round {
-                let mine = 2 * i + 1;
-                loop {
-                    let v = t2.load(Ordering::Acquire);
-                    if v == mine {
-                        break;
-                    }
-                    futex_wait(&t2, v);
+/// Per-switch cost of two kernel threads on one CPU handing a token back and forth by futex,
+/// timed in batches of `BATCH / 10` round trips (kernel switches are ~100x slower).
+fn kernel_switch(cpu: usize, batches: usize) -> Result<Vec<f64>, BoxError> {
+    let per_batch = (BATCH / 10) as u32;
+    let total = per_batch * batches as u32;
+    // turn: even = ping's turn, odd = pong's.
+    let turn = Arc::new(AtomicU32::new(0));
+    let t2 = turn.clone();
+    let pong = std::thread::spawn(move || -> std::io::Result<()> {
+        pin(cpu)?;
+        for i in 0..total {
+            let mine = 2 * i + 1;
+            loop {
+                let v = t2.load(Ordering::Acquire);
+                if v == mine {
+                    break;
                 }
-                t2.store(mine + 1, Ordering::Release);
-                futex_wake(&t2);
+                futex_wait(&t2, v);
             }
-            Ok(())
-        });
-        let t1 = turn.clone();
-        let ping = std::thread::spawn(move || -> std::io::Result<u64> {
-            pin(cpu)?;
-            let t0 = now_ns();
-            for i in 0..per_round {
-                let mine = 2 * i;
-                loop {
-                    let v = t1.load(Ordering::Acquire);
-                    if v == mine {
-                        break;
-                    }
-                    futex_wait(&t1, v);
+            t2.store(mine + 1, Ordering::Release);
+            futex_wake(&t2);
+        }
+        Ok(())
+    });
+    let t1 = turn.clone();
+    let ping = std::thread::spawn(move || -> std::io::Result<Vec<f64>> {
+        pin(cpu)?;
+        let mut out = Vec::with_capacity(batches);
+        let mut t0 = now_ns();
+        for i in 0..total {
+            let mine = 2 * i;
+            loop {
+                let v = t1.load(Ordering::Acquire);
+                if v == mine {
+                    break;
                 }
-                t1.store(mine + 1, Ordering::Release);
-                futex_wake(&t1);
+                futex_wait(&t1, v);
             }
-            Ok(now_ns() - t0)
-        });
-        let took = ping.join().map_err(|_| "ping thread panicked")??;
-        pong.join().map_err(|_| "pong thread panicked")??;
-        out.push(took as f64 / (2 * per_round) as f64);
-    }
+            t1.store(mine + 1, Ordering::Release);
+            futex_wake(&t1);
+            if (i + 1) % per_batch == 0 {
+                let now = now_ns();
+                out.push((now - t0) as f64 / (2 * per_batch) as f64);
+                t0 = now;
+            }
+        }
+        Ok(out)
+    });
+    let out = ping.join().map_err(|_| "ping thread panicked")??;
+    pong.join().map_err(|_| "pong thread panicked")??;
     Ok(out)
 }
 
@@ -326,16 +341,16 @@ fn adapt_latency(cycles: usize) -> Result<Vec<u64>, BoxError> {
 /// Runs the benchmark.
 pub fn run(o: &BenchOptions) -> Result<Report, BoxError> {
     let cpu = o.cpu.unwrap_or_else(default_cpu);
-    let (rounds, per_round, tick_run, create_batches, adapt_cycles) = if o.quick {
-        (3, 20_000u64, Duration::from_millis(300), 10, 3)
+    let (batches, tick_run, create_batches, adapt_cycles) = if o.quick {
+        (200, Duration::from_millis(300), 10, 3)
     } else {
-        (15, 200_000u64, Duration::from_secs(3), 200, 20)
+        (2000, Duration::from_secs(3), 200, 20)
     };
     let mut r = Report::new("pulse");
     r.note(format!("measured on CPU {cpu}"));
 
-    let mut coop = coop_switch(cpu, rounds, per_round)?;
-    let mut kern = kernel_switch(cpu, rounds, (per_round / 4) as u32)?;
+    let mut coop = coop_switch(cpu, batches)?;
+    let mut kern = kernel_switch(cpu, batches / 4)?;
     let coop_s = Summary::of(&coop);
     let kern_s = Summary::of(&kern);
     r.figure("coop_switch_ns", median(&mut coop));

@@ -331,7 +331,7 @@ fn hart_thread(shared: Arc<Shared>, h: *mut HartState, epoch: u64) -> Result<(),
         None
     };
     // A hart started by an adaptation runs nothing before `adapt` has returned.
-    shared.adapt.wait_done(epoch);
+    shared.adapt.wait_done(epoch, || shared.finished());
     h.run_from_base();
     drop(timer);
     // SAFETY: clearing this kernel thread's hart pointer.
