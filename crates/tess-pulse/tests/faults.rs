@@ -42,7 +42,7 @@ impl Scheduler for Stuck {
 fn child_case(case: &str) {
     let one = Config {
         harts: 1,
-        watchdog: Duration::from_millis(50),
+        watchdog: Duration::from_millis(20),
         ..Config::default()
     };
     match case {
@@ -62,7 +62,7 @@ fn child_case(case: &str) {
             p.spawn(|| {}).unwrap();
             let h = p.handle();
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(400));
+                std::thread::sleep(Duration::from_secs(2));
                 // The report must have been written by now; end the child.
                 let _ = h;
                 std::process::exit(7);
