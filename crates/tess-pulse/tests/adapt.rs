@@ -80,9 +80,17 @@ fn two_to_one_to_two_loses_no_thread_and_keeps_vhart_ids() {
     }
     let h = p.handle();
     let driver = {
-        let (stop, phase) = (stop.clone(), phase.clone());
+        let (stop, phase, seen) = (stop.clone(), phase.clone(), seen.clone());
+        // Waits (up to 20 s: a loaded machine starves harts) until vhart v ran in phase ph.
+        let ran = move |ph: usize, v: usize| {
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while !seen.lock().unwrap()[ph][v] && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
+            ran(0, 0);
+            ran(0, 1);
             h.resize(1).unwrap();
             assert!(
                 h.wait_adapted(Duration::from_secs(5)),
@@ -90,7 +98,8 @@ fn two_to_one_to_two_loses_no_thread_and_keeps_vhart_ids() {
             );
             assert_eq!(h.harts(), 1);
             phase.store(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
+            ran(1, 0);
             phase.store(2, Ordering::SeqCst);
             h.resize(2).unwrap();
             assert!(
@@ -98,7 +107,8 @@ fn two_to_one_to_two_loses_no_thread_and_keeps_vhart_ids() {
                 "1 -> 2 did not finish"
             );
             assert_eq!(h.harts(), 2);
-            std::thread::sleep(Duration::from_millis(100));
+            ran(2, 0);
+            ran(2, 1);
             stop.store(true, Ordering::SeqCst);
             h.stats().adapt_ns
         })
