@@ -90,6 +90,11 @@ enum Which {
     /// applies 20 transactions a second; status latency beside the same readers alone, apply
     /// latency, lost transactions and errors.
     Daemon(daemon::DaemonArgs),
+    /// Pulse, user-level scheduling inside a cell (seed 004 section 4.5, Table 3, issue 13):
+    /// user-level switch vs a futex ping-pong, tick latency (expiry to the next thread, split
+    /// into kernel delivery, sigreturn and user level) vs a SCHED_FIFO preemption, thread
+    /// creation vs pthread_create, adaptation 2 <-> 1 harts.
+    Pulse(Common),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -164,6 +169,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
         Which::Daemon(a) => (a.common.clone(), daemon::run(&a)?),
+        Which::Pulse(c) => {
+            let o = tess_pulse::bench::BenchOptions {
+                quick: c.quick,
+                cpu: c.hart,
+            };
+            let r = tess_pulse::bench::run(&o).map_err(|e| anyhow::anyhow!("pulse bench: {e}"))?;
+            (c.clone(), r)
+        }
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())

@@ -1,0 +1,51 @@
+//! Waiting for I/O and conditions without blocking the hart.
+//!
+//! Pulse has no kernel support for user-level blocking (the paper's kernel would hand back
+//! the hart); here a Pulse thread waits by polling: it checks, and if not ready it sleeps with
+//! [`crate::sleep`] (the hart runs other threads) and checks again. The poll interval doubles
+//! from 20 us up to one tick, so a quiet wait costs little and a busy one reacts quickly.
+
+use std::time::Duration;
+
+/// Waits until `fd` is ready for `events` (`libc::POLLIN`, `POLLOUT`, ...) or `timeout`
+/// passes; returns the ready events (0 on timeout).
+pub fn wait_fd(fd: i32, events: i16, timeout: Option<Duration>) -> std::io::Result<i16> {
+    let mut ready = 0;
+    let ok = wait_until(timeout, || {
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: p is a valid pollfd; a zero timeout never blocks.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r < 0 {
+            ready = -1;
+            return true;
+        }
+        ready = p.revents;
+        r > 0
+    });
+    if ready == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(if ok { ready } else { 0 })
+}
+
+/// Waits until `ready()` is true (returns true) or `timeout` passes (returns false), sleeping
+/// between checks (module docs). Use for channel waits: `wait_until(None, || !rx.is_empty())`.
+pub fn wait_until(timeout: Option<Duration>, mut ready: impl FnMut() -> bool) -> bool {
+    let start = crate::clock::now_ns();
+    let limit = timeout.map(crate::clock::ns);
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if ready() {
+            return true;
+        }
+        if limit.is_some_and(|l| crate::clock::now_ns() - start >= l) {
+            return false;
+        }
+        crate::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
