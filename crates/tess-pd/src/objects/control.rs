@@ -21,10 +21,16 @@ impl PdObject for Loadbang {
 }
 
 /// `metro MS`.
+///
+/// Pd's `metro_tick` outputs, then re-arms its clock unless a message reached the metro
+/// during the output (`x_hit`). Outputs run after the call here, so each tick is a numbered
+/// "open tick" until its [`Action::Resume`](super::Action::Resume): a message arriving in
+/// between marks every open tick as hit.
 #[derive(Debug)]
 pub struct Metro {
     deltime: f64,
-    hit: bool,
+    gen: u32,
+    open: Vec<(u32, bool)>,
 }
 
 impl Metro {
@@ -32,9 +38,15 @@ impl Metro {
         self.deltime = if g <= 0.0 { 1.0 } else { g as f64 };
     }
     fn tick(&mut self, cx: &mut Cx<'_>) {
-        self.hit = false;
+        self.gen = self.gen.wrapping_add(1);
+        self.open.push((self.gen, false));
         cx.out(0, Msg::bang());
-        cx.actions.push(super::Action::Resume(0));
+        cx.actions.push(super::Action::Resume(self.gen));
+    }
+    fn hit(&mut self) {
+        for t in &mut self.open {
+            t.1 = true;
+        }
     }
 }
 
@@ -45,21 +57,17 @@ impl PdObject for Metro {
     fn message(&mut self, inlet: usize, msg: &Msg, cx: &mut Cx<'_>) {
         match (inlet, msg.selector.as_str()) {
             (1, "float") => self.set_time(msg.f(0)),
-            (0, "float") => {
-                if msg.f(0) != 0.0 {
+            (0, "float") | (0, "bang") => {
+                self.hit();
+                if msg.selector == "bang" || msg.f(0) != 0.0 {
                     self.tick(cx);
                 } else {
                     cx.actions.push(super::Action::UnsetClock(0));
                 }
-                self.hit = true;
-            }
-            (0, "bang") => {
-                self.tick(cx);
-                self.hit = true;
             }
             (0, "stop") => {
+                self.hit();
                 cx.actions.push(super::Action::UnsetClock(0));
-                self.hit = true;
             }
             _ => {}
         }
@@ -67,9 +75,12 @@ impl PdObject for Metro {
     fn clock(&mut self, _tag: u32, cx: &mut Cx<'_>) {
         self.tick(cx);
     }
-    fn resume(&mut self, _tag: u32, cx: &mut Cx<'_>) {
-        if !self.hit {
-            cx.actions.push(super::Action::SetClock(0, self.deltime));
+    fn resume(&mut self, tag: u32, cx: &mut Cx<'_>) {
+        if let Some(pos) = self.open.iter().position(|t| t.0 == tag) {
+            let (_, hit) = self.open.remove(pos);
+            if !hit {
+                cx.actions.push(super::Action::SetClock(0, self.deltime));
+            }
         }
     }
 }
@@ -584,7 +595,8 @@ pub fn create(class: &str, args: &[Atom]) -> Result<Option<Box<dyn PdObject>>, C
         "metro" => {
             let mut m = Metro {
                 deltime: 1.0,
-                hit: false,
+                gen: 0,
+                open: Vec::new(),
             };
             m.set_time(farg(args, 0, 0.0));
             Box::new(m)
