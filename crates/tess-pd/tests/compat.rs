@@ -54,8 +54,8 @@ fn header() -> &'static str {
 /// with `tabwrite~` (started at load, so from the first block), and after `seconds` a
 /// `soundfiler` writes the arrays as a 32-bit float WAV and Pd quits. (`writesf~` writes from a
 /// thread that `pd quit` can cut short in batch mode; `soundfiler` writes synchronously.)
-fn pd_version(body: &str, wav: &Path, seconds: f64) -> String {
-    let n = (seconds * SR as f64) as usize;
+fn pd_version(body: &str, wav: &Path, seconds: f64, sr: u32) -> String {
+    let n = (seconds * sr as f64) as usize;
     let mut lines = Vec::new();
     let mut depth = 0;
     let mut top_boxes = 0usize;
@@ -119,9 +119,9 @@ fn pd_version(body: &str, wav: &Path, seconds: f64) -> String {
     format!("{}{}\n", header(), lines.join("\n"))
 }
 
-fn run_pd(patch: &Path) -> Result<(), String> {
+fn run_pd(patch: &Path, sr: u32) -> Result<(), String> {
     let out = Command::new("pd")
-        .args(["-batch", "-noprefs", "-nosound", "-nomidi", "-r", &SR.to_string()])
+        .args(["-batch", "-noprefs", "-nosound", "-nomidi", "-r", &sr.to_string()])
         .args(["-send", "pd dsp 1", "-open"])
         .arg(patch)
         .output()
@@ -146,11 +146,26 @@ struct Row {
 }
 
 fn compare(name: &'static str, objects: &'static str, body: &str, seconds: f64) -> Row {
+    compare_at(name, objects, body, seconds, SR, &[])
+}
+
+/// Like [`compare`] at a sample rate, with extra files (abstractions) beside the patch.
+fn compare_at(
+    name: &'static str,
+    objects: &'static str,
+    body: &str,
+    seconds: f64,
+    sr: u32,
+    extra: &[(&str, &str)],
+) -> Row {
     let dir = out_dir();
+    for (f, text) in extra {
+        std::fs::write(dir.join(f), text).expect("write abstraction");
+    }
     let ours_pd = dir.join(format!("{name}.pd"));
     std::fs::write(&ours_pd, format!("{}{}\n", header(), body)).expect("write patch");
     let cfg = Config {
-        sample_rate: SR as f32,
+        sample_rate: sr as f32,
         block: 64,
     };
     let ours = tess_pd::render::render(&ours_pd, cfg, seconds, &mut Executor::serial())
@@ -158,11 +173,15 @@ fn compare(name: &'static str, objects: &'static str, body: &str, seconds: f64) 
     let wav = dir.join(format!("{name}-pd.wav"));
     let _ = std::fs::remove_file(&wav);
     let ref_pd = dir.join(format!("{name}-ref.pd"));
-    std::fs::write(&ref_pd, pd_version(body, &wav, seconds)).expect("write ref patch");
-    run_pd(&ref_pd).unwrap_or_else(|e| panic!("{name}: {e}"));
+    std::fs::write(&ref_pd, pd_version(body, &wav, seconds, sr)).expect("write ref patch");
+    run_pd(&ref_pd, sr).unwrap_or_else(|e| panic!("{name}: {e}"));
     let (theirs, _) = tess_pd::render::read_wav(&wav)
         .unwrap_or_else(|e| panic!("{name}: pd wrote no readable WAV: {e}"));
-    let n = (seconds * SR as f64) as usize;
+    let n = (seconds * sr as f64) as usize;
+    assert!(
+        theirs.iter().any(|c| c[..n.min(c.len())].iter().any(|&x| x != 0.0)),
+        "{name}: Pd's output is silent, so the case would test nothing"
+    );
     let mut max_err = 0f32;
     let mut first_bad = None;
     for (c, ch) in ours.iter().enumerate() {
@@ -187,12 +206,23 @@ fn compare(name: &'static str, objects: &'static str, body: &str, seconds: f64) 
     }
 }
 
+/// Whole patches: an abstraction with arguments, 48 kHz, and a synth of voices.
+fn whole_patches() -> Vec<Row> {
+    let voice = "#N canvas 0 0 400 300 12;\n#X obj 10 10 inlet;\n#X obj 10 30 mtof;\n#X obj 10 50 osc~;\n#X obj 100 50 noise~;\n#X obj 100 70 *~ 0.2;\n#X obj 10 90 +~;\n#X obj 10 110 vcf~ \\$2;\n#X obj 10 130 *~ 0.1;\n#X obj 10 150 outlet~;\n#X obj 200 10 loadbang;\n#X msg 200 30 \\$1;\n#X obj 200 120 env~ 512;\n#X obj 200 140 s \\$0-level;\n#X obj 150 70 sig~ 900;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 2 0 5 0;\n#X connect 3 0 4 0;\n#X connect 4 0 5 1;\n#X connect 5 0 6 0;\n#X connect 13 0 6 1;\n#X connect 6 0 7 0;\n#X connect 7 0 8 0;\n#X connect 9 0 10 0;\n#X connect 10 0 1 0;\n#X connect 6 0 11 0;\n#X connect 11 0 12 0;\n";
+    let synth = "#X obj 10 10 voice 60 5;\n#X obj 100 10 voice 64 10;\n#X obj 200 10 voice 67 20;\n#X obj 10 50 +~;\n#X obj 10 70 +~;\n#X obj 10 90 delwrite~ echo 200;\n#X obj 100 90 delread~ echo 120;\n#X obj 100 110 *~ 0.5;\n#X obj 10 130 +~;\n#X obj 10 150 dac~ 1 2;\n#X connect 0 0 3 0;\n#X connect 1 0 3 1;\n#X connect 3 0 4 0;\n#X connect 2 0 4 1;\n#X connect 4 0 5 0;\n#X connect 6 0 7 0;\n#X connect 4 0 8 0;\n#X connect 7 0 8 1;\n#X connect 8 0 9 0;\n#X connect 6 0 9 1;";
+    vec![
+        compare_at("synth_abstractions", "abstraction \\$1 \\$2 \\$0, voices, delay", synth, 1.0, SR, &[("voice.pd", voice)]),
+        compare_at("synth_48k", "the same synth at 48 kHz", synth, 1.0, 48000, &[("voice.pd", voice)]),
+    ]
+}
+
 #[test]
 fn every_object_matches_pd_053() {
-    let rows: Vec<Row> = cases()
+    let mut rows: Vec<Row> = cases()
         .into_iter()
         .map(|(n, o, b)| compare(n, o, &b, 0.5))
         .collect();
+    rows.extend(whole_patches());
     let mut md = String::from(
         "| case | objects | max abs error vs Pd 0.53 | first sample over 1e-5 | result |\n|---|---|---|---|---|\n",
     );
