@@ -2,9 +2,9 @@
 //!
 //! **Tasks.** Running each object as its own task costs more in synchronisation than small
 //! objects compute, so nodes are merged into tasks first (section 2.2: "aggregating multiple
-//! nodes into a single executable unit"): every maximal chain where a node has exactly one
-//! successor and that successor exactly one predecessor becomes one task (a voice
-//! `osc~ -> vcf~ -> *~` is one task). Any grouping that keeps the dependencies is valid.
+//! nodes into a single executable unit ... any grouping that preserves the dependencies is
+//! valid"). [`cluster`] merges by cost with two rules that never create a cycle, so a voice
+//! `osc~ -> vcf~ -> env~` becomes one task while 64 voices stay 64 tasks.
 //!
 //! **Scheduling.** Per block, each task's count of unfinished predecessors is reset; tasks at
 //! zero are ready. Two dynamic strategies (section 2.2, [6] in the paper):
@@ -18,6 +18,7 @@
 
 use crate::graph::DspGraph;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -44,58 +45,123 @@ pub struct TaskGraph {
 }
 
 impl TaskGraph {
-    /// Merges chains of nodes into tasks.
-    pub fn from_graph(g: &DspGraph) -> TaskGraph {
-        let n = g.nodes.len();
-        let mut task_of = vec![usize::MAX; n];
-        let mut tasks: Vec<Vec<usize>> = Vec::new();
-        for start in 0..n {
-            if task_of[start] != usize::MAX {
-                continue;
+    /// Clusters nodes into tasks by cost (see the module docs).
+    pub fn from_graph(g: &DspGraph, harts: usize) -> TaskGraph {
+        cluster(g, harts)
+    }
+}
+
+/// A task while clustering.
+#[derive(Debug, Clone)]
+struct Cluster {
+    nodes: Vec<usize>,
+    cost: u64,
+    preds: BTreeSet<usize>,
+    succs: BTreeSet<usize>,
+}
+
+/// Merges nodes into tasks. Two merges never create a cycle:
+/// - **absorb a successor** B into A when A is B's only predecessor task (any other path from
+///   A to B would enter B through another predecessor);
+/// - **absorb a predecessor** A into B when B is A's only successor task (any other path from
+///   A to B would leave A through another successor).
+///
+/// Pure chains (A's only successor is B and B's only predecessor is A) always merge; other
+/// merges only while the task's cost stays under `total / (4 * harts)`, so a wide graph keeps
+/// enough tasks for every hart; and a predecessor is absorbed only into a task with at most
+/// two predecessors (a `+~` of a mixing tree, not a 64-input `dac~` that would serialise the
+/// voices behind it).
+fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
+    let n = g.nodes.len();
+    let mut cl: Vec<Option<Cluster>> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(k, node)| {
+            Some(Cluster {
+                nodes: vec![k],
+                cost: node.cost_ns as u64,
+                preds: node.preds.iter().copied().collect(),
+                succs: node.succs.iter().copied().collect(),
+            })
+        })
+        .collect();
+    let total: u64 = cl.iter().flatten().map(|c| c.cost).sum();
+    let cap = (total / (4 * harts.max(1) as u64)).max(1);
+    let merge = |cl: &mut Vec<Option<Cluster>>, a: usize, b: usize| {
+        // b into a
+        let bc = cl[b].take().expect("live");
+        for &p in &bc.preds {
+            if p != a {
+                let pc = cl[p].as_mut().expect("live");
+                pc.succs.remove(&b);
+                pc.succs.insert(a);
             }
-            // a chain starts here unless its single predecessor would absorb it
-            let p = &g.nodes[start].preds;
-            if p.len() == 1 && g.nodes[p[0]].succs.len() == 1 && task_of[p[0]] == usize::MAX {
-                continue; // will be reached from its head
+        }
+        for &s in &bc.succs {
+            if s != a {
+                let sc = cl[s].as_mut().expect("live");
+                sc.preds.remove(&b);
+                sc.preds.insert(a);
             }
-            let t = tasks.len();
-            let mut chain = vec![start];
-            task_of[start] = t;
-            let mut cur = start;
-            while g.nodes[cur].succs.len() == 1 {
-                let s = g.nodes[cur].succs[0];
-                if g.nodes[s].preds.len() != 1 || task_of[s] != usize::MAX {
-                    break;
+        }
+        let ac = cl[a].as_mut().expect("live");
+        ac.succs.remove(&b);
+        ac.preds.remove(&b);
+        ac.nodes.extend(bc.nodes);
+        ac.cost += bc.cost;
+        ac.preds.extend(bc.preds.into_iter().filter(|&p| p != a));
+        ac.succs.extend(bc.succs.into_iter().filter(|&s| s != a));
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for b in 0..n {
+            let Some(bc) = &cl[b] else { continue };
+            if bc.preds.len() == 1 {
+                let a = *bc.preds.iter().next().expect("one");
+                let ac = cl[a].as_ref().expect("live");
+                let chain = ac.succs.len() == 1;
+                if chain || ac.cost + bc.cost <= cap {
+                    merge(&mut cl, a, b);
+                    changed = true;
+                    continue;
                 }
-                chain.push(s);
-                task_of[s] = t;
-                cur = s;
-            }
-            tasks.push(chain);
-        }
-        // anything left (cannot happen in a DAG, but stay total): its own task
-        for (k, t) in task_of.iter_mut().enumerate() {
-            if *t == usize::MAX {
-                *t = tasks.len();
-                tasks.push(vec![k]);
             }
         }
-        let mut succs = vec![Vec::new(); tasks.len()];
-        let mut npreds = vec![0usize; tasks.len()];
-        for (k, node) in g.nodes.iter().enumerate() {
-            for &s in &node.succs {
-                let (a, b) = (task_of[k], task_of[s]);
-                if a != b && !succs[a].contains(&b) {
-                    succs[a].push(b);
-                    npreds[b] += 1;
+        for a in 0..n {
+            let Some(ac) = &cl[a] else { continue };
+            if ac.succs.len() == 1 {
+                let b = *ac.succs.iter().next().expect("one");
+                let bc = cl[b].as_ref().expect("live");
+                if bc.preds.len() <= 2 && ac.cost + bc.cost <= cap {
+                    // keep the id of the absorbing task b; nodes are re-sorted below
+                    merge(&mut cl, b, a);
+                    changed = true;
                 }
             }
         }
-        TaskGraph {
-            tasks,
-            npreds,
-            succs,
-        }
+    }
+    let live: Vec<usize> = (0..n).filter(|&k| cl[k].is_some()).collect();
+    let mut index = vec![usize::MAX; n];
+    for (t, &k) in live.iter().enumerate() {
+        index[k] = t;
+    }
+    let mut tasks = Vec::with_capacity(live.len());
+    let mut succs = Vec::with_capacity(live.len());
+    let mut npreds = Vec::with_capacity(live.len());
+    for &k in &live {
+        let c = cl[k].as_ref().expect("live");
+        let mut nodes = c.nodes.clone();
+        nodes.sort_unstable(); // Pd's order is topological
+        tasks.push(nodes);
+        succs.push(c.succs.iter().map(|&s| index[s]).collect());
+        npreds.push(c.preds.len());
+    }
+    TaskGraph {
+        tasks,
+        npreds,
+        succs,
     }
 }
 
@@ -120,6 +186,7 @@ pub struct Executor {
     shared: Option<Arc<Shared>>,
     local0: Option<Worker<usize>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    pin_first_cpu: Option<usize>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -146,7 +213,14 @@ impl Executor {
             shared: None,
             local0: None,
             threads: Vec::new(),
+            pin_first_cpu: None,
         }
+    }
+
+    /// Pins hart `i` (the calling thread is hart 0) to CPU `first + i` (modulo the CPUs).
+    pub fn pinned(mut self, first_cpu: usize) -> Executor {
+        self.pin_first_cpu = Some(first_cpu);
+        self
     }
 
     /// Number of tasks the graph was split into (after the first block).
@@ -155,7 +229,7 @@ impl Executor {
     }
 
     fn start(&mut self, g: &DspGraph) {
-        let tg = Box::new(TaskGraph::from_graph(g));
+        let tg = Box::new(TaskGraph::from_graph(g, self.harts));
         let nt = tg.tasks.len();
         let mut locals: Vec<Worker<usize>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
@@ -172,12 +246,22 @@ impl Executor {
             strategy: self.strategy,
         });
         self.local0 = Some(locals.remove(0));
+        let pin = self.pin_first_cpu;
+        if let Some(first) = pin {
+            pin_to(first);
+        }
         for (i, local) in locals.into_iter().enumerate() {
             let sh = shared.clone();
+            let cpu = pin.map(|f| f + i + 1);
             self.threads.push(
                 std::thread::Builder::new()
                     .name(format!("tess-pd-hart{}", i + 1))
-                    .spawn(move || worker_loop(sh, local, i + 1))
+                    .spawn(move || {
+                        if let Some(c) = cpu {
+                            pin_to(c);
+                        }
+                        worker_loop(sh, local, i + 1)
+                    })
                     .expect("spawning a DSP worker thread"),
             );
         }
@@ -234,6 +318,16 @@ impl Drop for Executor {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// Pins the calling thread to one CPU (modulo the CPUs online); failures are ignored (the
+/// engine still runs, only less predictably).
+pub fn pin_to(cpu: usize) {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu % n).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
     }
 }
 

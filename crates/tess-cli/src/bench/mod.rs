@@ -7,6 +7,7 @@
 //! soon as it is registered here), and `tess bench record` writes the benchmark record from
 //! one run set (see [`record`]).
 
+mod graph;
 mod isolation;
 mod music;
 mod mux;
@@ -85,6 +86,10 @@ enum Which {
     /// Activation jitter of periodic rt-app tasks beside CPU hogs (seed 002, AQuoSA's RTApp):
     /// each task under `tess run --reserve`, against plain CFS and `chrt -f`.
     Rtapp(rtapp::RtappArgs),
+    /// The parallel Pd graph engine (issue 15, seed 001 section 2): a 64-voice patch on 2 harts
+    /// vs 1 (global queue and work stealing), a deep chain, per-block scheduling overhead, and
+    /// real-time voices on one hart against Pd 0.53 itself (`pd -batch`).
+    Graph(graph::GraphArgs),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -158,6 +163,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Net(a) => (a.common.clone(), net::run(&a)?),
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
+        Which::Graph(a) => (a.common.clone(), graph::run(&a)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())
