@@ -74,7 +74,7 @@ impl Engine {
                 config.block
             )));
         }
-        if !(config.sample_rate >= 1000.0) {
+        if config.sample_rate.is_nan() || config.sample_rate < 1000.0 {
             return Err(EngineError::Config(format!(
                 "sample rate {} Hz is too low",
                 config.sample_rate
@@ -101,7 +101,8 @@ impl Engine {
             clock_keys: HashMap::new(),
             clock_seq: 0,
             systime: 0.0,
-            tick_units: TIME_UNITS_PER_MS * 1000.0 * config.block as f64 / config.sample_rate as f64,
+            tick_units: TIME_UNITS_PER_MS * 1000.0 * config.block as f64
+                / config.sample_rate as f64,
             config,
             depth: 0,
             pollers: Vec::new(),
@@ -173,7 +174,10 @@ impl Engine {
     fn act(&mut self, id: usize, a: Action) {
         match a {
             Action::Out(outlet, m) => {
-                let targets = self.prog.control_out[id].get(outlet).cloned().unwrap_or_default();
+                let targets = self.prog.control_out[id]
+                    .get(outlet)
+                    .cloned()
+                    .unwrap_or_default();
                 for (t, inlet) in targets {
                     self.deliver(t, inlet, &m);
                 }

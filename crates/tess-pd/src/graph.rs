@@ -88,7 +88,8 @@ impl DspGraph {
                 }
             })
             .collect();
-        let sig_index = |ports: &[Port], i: usize| ports[..i].iter().filter(|p| **p == Port::Signal).count();
+        let sig_index =
+            |ports: &[Port], i: usize| ports[..i].iter().filter(|p| **p == Port::Signal).count();
         let mut edges = Vec::new();
         for &(s, so, d, di) in &program.signal_edges {
             let (Some(sn), Some(dn)) = (node_of[s], node_of[d]) else {
@@ -134,7 +135,13 @@ impl DspGraph {
     pub unsafe fn run_node(&self, k: usize) {
         let node = &self.nodes[k];
         // SAFETY: the caller guarantees exclusive access to node k's cells.
-        let (obj, ins, outs) = unsafe { (&mut *node.obj.get(), &mut *node.ins.get(), &mut *node.outs.get()) };
+        let (obj, ins, outs) = unsafe {
+            (
+                &mut *node.obj.get(),
+                &mut *node.ins.get(),
+                &mut *node.outs.get(),
+            )
+        };
         for (i, srcs) in node.sources.iter().enumerate() {
             let buf = &mut ins[i];
             match srcs.split_first() {
@@ -157,4 +164,3 @@ impl DspGraph {
         obj.perform(ins, outs);
     }
 }
-

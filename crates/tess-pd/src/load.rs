@@ -275,7 +275,12 @@ impl Loader {
                         continue;
                     };
                     let cargs = &atoms[1..];
-                    match objects::create(class.as_str(), cargs, &mut self.shared, &mut self.noise_seed) {
+                    match objects::create(
+                        class.as_str(),
+                        cargs,
+                        &mut self.shared,
+                        &mut self.noise_seed,
+                    ) {
                         Ok(obj) => {
                             let mut e = entry(obj, &class);
                             e.resource = objects::delay::resource(&class, cargs)
@@ -358,16 +363,20 @@ impl Loader {
             };
             let src = match refs.get(a) {
                 Some(BoxRef::Obj(id)) => (*id, o),
-                Some(BoxRef::Canvas { outlets, .. }) => {
-                    (*outlets.get(o).ok_or_else(|| bad("no such subpatch outlet"))?, 0)
-                }
+                Some(BoxRef::Canvas { outlets, .. }) => (
+                    *outlets
+                        .get(o)
+                        .ok_or_else(|| bad("no such subpatch outlet"))?,
+                    0,
+                ),
                 _ => return Err(bad("no such box")),
             };
             let dst = match refs.get(bx) {
                 Some(BoxRef::Obj(id)) => (*id, i),
-                Some(BoxRef::Canvas { inlets, .. }) => {
-                    (*inlets.get(i).ok_or_else(|| bad("no such subpatch inlet"))?, 0)
-                }
+                Some(BoxRef::Canvas { inlets, .. }) => (
+                    *inlets.get(i).ok_or_else(|| bad("no such subpatch inlet"))?,
+                    0,
+                ),
                 _ => return Err(bad("no such box")),
             };
             let out_kind = *self.objects[src.0]

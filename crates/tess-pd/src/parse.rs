@@ -154,24 +154,44 @@ fn records(text: &str) -> Vec<(usize, Vec<Token>)> {
                 word_has_dollar = true;
             }
             ';' => {
-                flush(&mut word, &mut word_has_dollar, &mut word_escaped_dollar, &mut cur);
+                flush(
+                    &mut word,
+                    &mut word_has_dollar,
+                    &mut word_escaped_dollar,
+                    &mut cur,
+                );
                 out.push((rec_line.max(1), std::mem::take(&mut cur)));
                 rec_line = 0;
             }
             ',' => {
-                flush(&mut word, &mut word_has_dollar, &mut word_escaped_dollar, &mut cur);
+                flush(
+                    &mut word,
+                    &mut word_has_dollar,
+                    &mut word_escaped_dollar,
+                    &mut cur,
+                );
                 cur.push(Token::Comma);
             }
             c if c.is_whitespace() => {
                 if c == '\n' {
                     line += 1;
                 }
-                flush(&mut word, &mut word_has_dollar, &mut word_escaped_dollar, &mut cur);
+                flush(
+                    &mut word,
+                    &mut word_has_dollar,
+                    &mut word_escaped_dollar,
+                    &mut cur,
+                );
             }
             c => word.push(c),
         }
     }
-    flush(&mut word, &mut word_has_dollar, &mut word_escaped_dollar, &mut cur);
+    flush(
+        &mut word,
+        &mut word_has_dollar,
+        &mut word_escaped_dollar,
+        &mut cur,
+    );
     if !cur.is_empty() {
         out.push((rec_line.max(1), cur));
     }
@@ -340,8 +360,11 @@ mod tests {
 
     #[test]
     fn unbalanced_is_an_error_with_the_file() {
-        let e = parse_str("#N canvas 0 0 1 1 12;\n#N canvas 0 0 1 1 s 0;\n", Path::new("x.pd"))
-            .unwrap_err();
+        let e = parse_str(
+            "#N canvas 0 0 1 1 12;\n#N canvas 0 0 1 1 s 0;\n",
+            Path::new("x.pd"),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("x.pd"), "{e}");
     }
 }

@@ -16,7 +16,10 @@ use std::collections::HashMap;
 pub struct DspLoop(pub Vec<usize>);
 
 /// Sorts the program's DSP objects; returns flat object ids in execution order.
-pub fn sort(top: &SortCanvas, edges: &[(usize, usize, usize, usize)]) -> Result<Vec<usize>, DspLoop> {
+pub fn sort(
+    top: &SortCanvas,
+    edges: &[(usize, usize, usize, usize)],
+) -> Result<Vec<usize>, DspLoop> {
     let mut out = Vec::new();
     sort_canvas(top, edges, &mut out)?;
     Ok(out)

@@ -121,7 +121,14 @@ fn pd_version(body: &str, wav: &Path, seconds: f64, sr: u32) -> String {
 
 fn run_pd(patch: &Path, sr: u32) -> Result<(), String> {
     let out = Command::new("pd")
-        .args(["-batch", "-noprefs", "-nosound", "-nomidi", "-r", &sr.to_string()])
+        .args([
+            "-batch",
+            "-noprefs",
+            "-nosound",
+            "-nomidi",
+            "-r",
+            &sr.to_string(),
+        ])
         .args(["-send", "pd dsp 1", "-open"])
         .arg(patch)
         .output()
@@ -179,14 +186,20 @@ fn compare_at(
         .unwrap_or_else(|e| panic!("{name}: pd wrote no readable WAV: {e}"));
     let n = (seconds * sr as f64) as usize;
     assert!(
-        theirs.iter().any(|c| c[..n.min(c.len())].iter().any(|&x| x != 0.0)),
+        theirs
+            .iter()
+            .any(|c| c[..n.min(c.len())].iter().any(|&x| x != 0.0)),
         "{name}: Pd's output is silent, so the case would test nothing"
     );
     let mut max_err = 0f32;
     let mut first_bad = None;
     for (c, ch) in ours.iter().enumerate() {
         let th = &theirs[c];
-        assert!(th.len() >= n, "{name}: pd wrote {} samples, wanted {n}", th.len());
+        assert!(
+            th.len() >= n,
+            "{name}: pd wrote {} samples, wanted {n}",
+            th.len()
+        );
         for i in 0..n {
             let e = (ch[i] - th[i]).abs();
             if e > max_err {
@@ -211,8 +224,22 @@ fn whole_patches() -> Vec<Row> {
     let voice = "#N canvas 0 0 400 300 12;\n#X obj 10 10 inlet;\n#X obj 10 30 mtof;\n#X obj 10 50 osc~;\n#X obj 100 50 noise~;\n#X obj 100 70 *~ 0.2;\n#X obj 10 90 +~;\n#X obj 10 110 vcf~ \\$2;\n#X obj 10 130 *~ 0.1;\n#X obj 10 150 outlet~;\n#X obj 200 10 loadbang;\n#X msg 200 30 \\$1;\n#X obj 200 120 env~ 512;\n#X obj 200 140 s \\$0-level;\n#X obj 150 70 sig~ 900;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 2 0 5 0;\n#X connect 3 0 4 0;\n#X connect 4 0 5 1;\n#X connect 5 0 6 0;\n#X connect 13 0 6 1;\n#X connect 6 0 7 0;\n#X connect 7 0 8 0;\n#X connect 9 0 10 0;\n#X connect 10 0 1 0;\n#X connect 6 0 11 0;\n#X connect 11 0 12 0;\n";
     let synth = "#X obj 10 10 voice 60 5;\n#X obj 100 10 voice 64 10;\n#X obj 200 10 voice 67 20;\n#X obj 10 50 +~;\n#X obj 10 70 +~;\n#X obj 10 90 delwrite~ echo 200;\n#X obj 100 90 delread~ echo 120;\n#X obj 100 110 *~ 0.5;\n#X obj 10 130 +~;\n#X obj 10 150 dac~ 1 2;\n#X connect 0 0 3 0;\n#X connect 1 0 3 1;\n#X connect 3 0 4 0;\n#X connect 2 0 4 1;\n#X connect 4 0 5 0;\n#X connect 6 0 7 0;\n#X connect 4 0 8 0;\n#X connect 7 0 8 1;\n#X connect 8 0 9 0;\n#X connect 6 0 9 1;";
     vec![
-        compare_at("synth_abstractions", "abstraction \\$1 \\$2 \\$0, voices, delay", synth, 1.0, SR, &[("voice.pd", voice)]),
-        compare_at("synth_48k", "the same synth at 48 kHz", synth, 1.0, 48000, &[("voice.pd", voice)]),
+        compare_at(
+            "synth_abstractions",
+            "abstraction \\$1 \\$2 \\$0, voices, delay",
+            synth,
+            1.0,
+            SR,
+            &[("voice.pd", voice)],
+        ),
+        compare_at(
+            "synth_48k",
+            "the same synth at 48 kHz",
+            synth,
+            1.0,
+            48000,
+            &[("voice.pd", voice)],
+        ),
     ]
 }
 
@@ -232,7 +259,9 @@ fn every_object_matches_pd_053() {
             r.name,
             r.objects,
             r.max_err,
-            r.first_bad.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+            r.first_bad
+                .map(|i| i.to_string())
+                .unwrap_or_else(|| "-".into()),
             if r.pass { "match" } else { "DIFFERS" }
         ));
     }
@@ -244,12 +273,18 @@ fn every_object_matches_pd_053() {
     .expect("write COMPAT.md");
     eprintln!("{md}");
     let bad: Vec<&str> = rows.iter().filter(|r| !r.pass).map(|r| r.name).collect();
-    assert!(bad.is_empty(), "cases differing from Pd 0.53: {bad:?}\n{md}");
+    assert!(
+        bad.is_empty(),
+        "cases differing from Pd 0.53: {bad:?}\n{md}"
+    );
 }
 
 #[test]
 fn parallel_strategies_render_the_same_as_serial() {
-    let (_, _, body) = cases().into_iter().find(|c| c.0 == "send_throw").expect("case");
+    let (_, _, body) = cases()
+        .into_iter()
+        .find(|c| c.0 == "send_throw")
+        .expect("case");
     let dir = out_dir();
     let p = dir.join("par.pd");
     std::fs::write(&p, format!("{}{}\n", header(), body)).expect("write");
@@ -259,7 +294,8 @@ fn parallel_strategies_render_the_same_as_serial() {
     };
     let serial = tess_pd::render::render(&p, cfg, 0.2, &mut Executor::serial()).expect("serial");
     for s in [Strategy::GlobalQueue, Strategy::WorkStealing] {
-        let par = tess_pd::render::render(&p, cfg, 0.2, &mut Executor::new(s, 2)).expect("parallel");
+        let par =
+            tess_pd::render::render(&p, cfg, 0.2, &mut Executor::new(s, 2)).expect("parallel");
         assert_eq!(serial, par, "{s:?} differs from serial");
     }
 }

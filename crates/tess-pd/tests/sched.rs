@@ -26,15 +26,24 @@ fn check_tasks(g: &tess_pd::graph::DspGraph, tg: &TaskGraph) {
             task_of[k] = t;
         }
     }
-    assert!(task_of.iter().all(|&t| t != usize::MAX), "a node in no task");
+    assert!(
+        task_of.iter().all(|&t| t != usize::MAX),
+        "a node in no task"
+    );
     for (a, node) in g.nodes.iter().enumerate() {
         for &b in &node.succs {
             let (ta, tb) = (task_of[a], task_of[b]);
             if ta == tb {
                 let pos = |k| tg.tasks[ta].iter().position(|&x| x == k).expect("in task");
-                assert!(pos(a) < pos(b), "edge {a}->{b} runs backwards inside task {ta}");
+                assert!(
+                    pos(a) < pos(b),
+                    "edge {a}->{b} runs backwards inside task {ta}"
+                );
             } else {
-                assert!(tg.succs[ta].contains(&tb), "edge {a}->{b} lost between tasks");
+                assert!(
+                    tg.succs[ta].contains(&tb),
+                    "edge {a}->{b} lost between tasks"
+                );
             }
         }
     }
@@ -68,8 +77,16 @@ fn clustering_keeps_dependencies_and_voices_parallel() {
         check_tasks(e.graph(), &tg);
         if name == "v.pd" {
             // every voice's seven objects end up together; the voices stay separate tasks
-            assert!(tg.tasks.len() >= 8, "only {} tasks for 64 voices", tg.tasks.len());
-            assert!(tg.tasks.len() <= 64 + 1, "{} tasks: voices were split", tg.tasks.len());
+            assert!(
+                tg.tasks.len() >= 8,
+                "only {} tasks for 64 voices",
+                tg.tasks.len()
+            );
+            assert!(
+                tg.tasks.len() <= 64 + 1,
+                "{} tasks: voices were split",
+                tg.tasks.len()
+            );
         }
         if name == "c.pd" {
             assert_eq!(tg.tasks.len(), 1, "a chain is one task");

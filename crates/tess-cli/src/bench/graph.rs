@@ -14,6 +14,9 @@ pub struct GraphArgs {
     /// Voices in the wide patch (osc~ -> vcf~ -> env~ each).
     #[arg(long, default_value_t = 64)]
     pub voices: usize,
+    /// SCHED_FIFO priority of the harts and of pd (0: ordinary threads).
+    #[arg(long, default_value_t = 50)]
+    pub rt_priority: i32,
 }
 
 /// Runs it.
@@ -22,6 +25,7 @@ pub fn run(a: &GraphArgs) -> anyhow::Result<Report> {
         quick: a.common.quick,
         first_cpu: a.common.hart.unwrap_or(0),
         voices: a.voices,
+        rt_priority: (a.rt_priority > 0).then_some(a.rt_priority),
     };
     tess_pd::bench::run(&o)
 }

@@ -16,10 +16,9 @@ fn read(a: &Array) -> std::sync::RwLockReadGuard<'_, Vec<f32>> {
 #[inline]
 fn interp4(a: f32, b: f32, c: f32, d: f32, frac: f32) -> f32 {
     let cminusb = c - b;
-    let inner = (0.1666667f32 as f64
+    let inner = 0.1666667f32 as f64
         * (1.0 - frac as f64)
-        * ((d - a - 3.0f32 * cminusb) * frac + (d + 2.0f32 * a - 3.0f32 * b)) as f64)
-        as f64;
+        * ((d - a - 3.0f32 * cminusb) * frac + (d + 2.0f32 * a - 3.0f32 * b)) as f64;
     (b as f64 + frac as f64 * (cminusb as f64 - inner)) as f32
 }
 

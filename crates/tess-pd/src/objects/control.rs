@@ -144,8 +144,10 @@ impl Line {
                 self.grain = 20.0;
             }
             let g = self.grain as f64;
-            cx.actions
-                .push(super::Action::SetClock(0, if g > msectogo { msectogo } else { g }));
+            cx.actions.push(super::Action::SetClock(
+                0,
+                if g > msectogo { msectogo } else { g },
+            ));
         }
     }
 }
@@ -408,7 +410,10 @@ pub struct Route {
 
 impl PdObject for Route {
     fn ports(&self) -> (Vec<Port>, Vec<Port>) {
-        (vec![Port::Control], vec![Port::Control; self.keys.len() + 1])
+        (
+            vec![Port::Control],
+            vec![Port::Control; self.keys.len() + 1],
+        )
     }
     fn distributes_lists(&self) -> bool {
         false

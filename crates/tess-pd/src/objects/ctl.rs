@@ -300,7 +300,7 @@ impl Env {
         let n = npoints as usize;
         let mut buf: Vec<f32> = (0..n)
             .map(|i| {
-                ((1.0 - ((2.0 * 3.14159 * i as f64) / npoints as f64).cos()) / npoints as f64)
+                ((1.0 - ((2.0 * super::PD_PI * i as f64) / npoints as f64).cos()) / npoints as f64)
                     as f32
             })
             .collect();
@@ -336,7 +336,7 @@ impl PdObject for Env {
     }
     fn prepare(&mut self, env: &DspEnv<'_>) {
         let n = env.block;
-        self.real_period = if self.period % n != 0 {
+        self.real_period = if !self.period.is_multiple_of(n) {
             self.period + n - self.period % n
         } else {
             self.period

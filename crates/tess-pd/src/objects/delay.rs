@@ -81,8 +81,8 @@ impl DelRead {
         self.deltime = f;
         if let Some(line) = &self.line {
             let c_n = lock(line).n as i32;
-            self.delsamps = (0.5 + (self.sr_per_ms * self.deltime) as f64) as i32 + self.n
-                - self.zerodel;
+            self.delsamps =
+                (0.5 + (self.sr_per_ms * self.deltime) as f64) as i32 + self.n - self.zerodel;
             if self.delsamps < self.n {
                 self.delsamps = self.n;
             } else if self.delsamps > c_n {
@@ -188,7 +188,8 @@ impl PdObject for Vd {
         let wp = l.phase as i32;
         for (o, &d) in outs[0].iter_mut().zip(&ins[0]) {
             let mut delsamps = self.sr_per_ms * d - self.zerodel;
-            if !(delsamps >= 1.00001f32) {
+            // also catches NaN, as Pd's `!(delsamps >= 1.00001f)` does
+            if delsamps.is_nan() || delsamps < 1.00001f32 {
                 delsamps = 1.00001f32;
             }
             if delsamps > limit {

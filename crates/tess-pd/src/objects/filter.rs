@@ -20,7 +20,7 @@ impl Lop {
     fn set(&mut self, f: f32) {
         let f = f.max(0.0);
         self.hz = f;
-        self.coef = ((f as f64 * (2.0 * 3.14159)) / self.sr as f64) as f32;
+        self.coef = ((f as f64 * (2.0 * super::PD_PI)) / self.sr as f64) as f32;
         self.coef = self.coef.clamp(0.0, 1.0);
     }
 }
@@ -76,7 +76,7 @@ impl Hip {
     fn set(&mut self, f: f32) {
         let f = f.max(0.0);
         self.hz = f;
-        self.coef = (1.0 - f as f64 * (2.0 * 3.14159) / self.sr as f64) as f32;
+        self.coef = (1.0 - f as f64 * (2.0 * super::PD_PI) / self.sr as f64) as f32;
         self.coef = self.coef.clamp(0.0, 1.0);
     }
 }
@@ -139,7 +139,7 @@ pub struct Bp {
 }
 
 fn bp_qcos(f: f32) -> f32 {
-    if f >= -(0.5f32 * 3.14159f32) && f <= 0.5f32 * 3.14159f32 {
+    if (-(0.5f32 * super::PD_PI_F32)..=0.5f32 * super::PD_PI_F32).contains(&f) {
         let g = f * f;
         (((g * g * g * (-1.0f32 / 720.0f32) + g * g * (1.0f32 / 24.0f32)) as f64 - g as f64 * 0.5)
             + 1.0) as f32
@@ -154,8 +154,12 @@ impl Bp {
         let q = q.max(0.0);
         self.freq = f;
         self.q = q;
-        let omega = f * (2.0f32 * 3.14159f32) / self.sr;
-        let mut oneminusr = if (q as f64) < 0.001 { 1.0f32 } else { omega / q };
+        let omega = f * (2.0f32 * super::PD_PI_F32) / self.sr;
+        let mut oneminusr = if (q as f64) < 0.001 {
+            1.0f32
+        } else {
+            omega / q
+        };
         if oneminusr > 1.0 {
             oneminusr = 1.0;
         }

@@ -65,7 +65,11 @@ impl PdObject for Binop {
                 Op::Minus => out.iter_mut().zip(a).for_each(|(o, &f)| *o = f - g),
                 Op::Times => out.iter_mut().zip(a).for_each(|(o, &f)| *o = f * g),
                 Op::Over => {
-                    let inv = if g != 0.0 { (1.0f64 / g as f64) as f32 } else { 0.0 };
+                    let inv = if g != 0.0 {
+                        (1.0f64 / g as f64) as f32
+                    } else {
+                        0.0
+                    };
                     out.iter_mut().zip(a).for_each(|(o, &f)| *o = f * inv)
                 }
                 Op::Max => out

@@ -16,6 +16,16 @@ pub mod osc;
 use crate::atom::{Atom, Msg};
 use crate::shared::Shared;
 
+/// Pd's value of pi: d_filter.c and d_ctl.c write 3.14159, and the real pi would not match Pd.
+#[allow(clippy::approx_constant)] // deliberately Pd's truncated constant
+pub const PD_PI: f64 = 3.14159;
+/// [`PD_PI`] as `f32` (where Pd writes `3.14159f`).
+#[allow(clippy::approx_constant)] // deliberately Pd's truncated constant
+pub const PD_PI_F32: f32 = 3.14159;
+/// Pd's 2 pi in `vcf~` (d_osc.c writes 6.28318f).
+#[allow(clippy::approx_constant)] // deliberately Pd's truncated constant
+pub const PD_TWO_PI_F32: f32 = 6.28318;
+
 /// What flows through a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Port {
@@ -198,12 +208,80 @@ pub fn create(
 
 /// Every class name [`create`] knows (for `tess-pd objects` and the README).
 pub const CLASSES: &[&str] = &[
-    "loadbang", "metro", "delay", "del", "line", "f", "float", "i", "int", "+", "-", "*", "/",
-    "s", "send", "r", "receive", "t", "trigger", "pack", "unpack", "route", "sel", "select",
-    "mtof", "print", "bang", "b", "inlet", "outlet", "osc~", "phasor~", "cos~", "noise~",
-    "vcf~", "lop~", "hip~", "bp~", "biquad~", "rpole~", "rzero~", "cpole~", "sig~", "+~", "-~",
-    "*~", "/~", "max~", "min~", "clip~", "wrap~", "abs~", "sqrt~", "mtof~", "line~", "vline~",
-    "snapshot~", "env~", "dac~", "adc~", "inlet~", "outlet~", "delwrite~", "delread~",
-    "delread4~", "vd~", "send~", "s~", "receive~", "r~", "throw~", "catch~", "tabosc4~",
-    "tabread4~", "table", "array",
+    "loadbang",
+    "metro",
+    "delay",
+    "del",
+    "line",
+    "f",
+    "float",
+    "i",
+    "int",
+    "+",
+    "-",
+    "*",
+    "/",
+    "s",
+    "send",
+    "r",
+    "receive",
+    "t",
+    "trigger",
+    "pack",
+    "unpack",
+    "route",
+    "sel",
+    "select",
+    "mtof",
+    "print",
+    "bang",
+    "b",
+    "inlet",
+    "outlet",
+    "osc~",
+    "phasor~",
+    "cos~",
+    "noise~",
+    "vcf~",
+    "lop~",
+    "hip~",
+    "bp~",
+    "biquad~",
+    "rpole~",
+    "rzero~",
+    "cpole~",
+    "sig~",
+    "+~",
+    "-~",
+    "*~",
+    "/~",
+    "max~",
+    "min~",
+    "clip~",
+    "wrap~",
+    "abs~",
+    "sqrt~",
+    "mtof~",
+    "line~",
+    "vline~",
+    "snapshot~",
+    "env~",
+    "dac~",
+    "adc~",
+    "inlet~",
+    "outlet~",
+    "delwrite~",
+    "delread~",
+    "delread4~",
+    "vd~",
+    "send~",
+    "s~",
+    "receive~",
+    "r~",
+    "throw~",
+    "catch~",
+    "tabosc4~",
+    "tabread4~",
+    "table",
+    "array",
 ];

@@ -20,7 +20,7 @@ pub const UNITBIT32: f64 = 1572864.0;
 pub fn cos_table() -> &'static [f32] {
     static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let phsinc = ((2.0f64 * 3.14159) / COSTABSIZE as f64) as f32;
+        let phsinc = ((2.0f64 * super::PD_PI) / COSTABSIZE as f64) as f32;
         let mut phase = 0f32;
         (0..=COSTABSIZE)
             .map(|_| {
@@ -258,7 +258,7 @@ impl PdObject for Vcf {
         }
     }
     fn prepare(&mut self, env: &DspEnv<'_>) {
-        self.isr = 6.28318f32 / env.sample_rate;
+        self.isr = super::PD_TWO_PI_F32 / env.sample_rate;
     }
     fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
         let tab = cos_table();
@@ -273,7 +273,7 @@ impl PdObject for Vcf {
             if cf < 0.0 {
                 cf = 0.0;
             }
-            let cfindx = cf * (COSTABSIZE as f32 / 6.28318f32);
+            let cfindx = cf * (COSTABSIZE as f32 / super::PD_TWO_PI_F32);
             let mut r = if qinv > 0.0 { 1.0 - cf * qinv } else { 0.0 };
             if r < 0.0 {
                 r = 0.0;
