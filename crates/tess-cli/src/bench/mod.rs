@@ -8,6 +8,7 @@
 //! one run set (see [`record`]).
 
 mod daemon;
+mod graph;
 mod isolation;
 mod music;
 mod mux;
@@ -95,6 +96,10 @@ enum Which {
     /// into kernel delivery, sigreturn and user level) vs a SCHED_FIFO preemption, thread
     /// creation vs pthread_create, adaptation 2 <-> 1 harts.
     Pulse(Common),
+    /// The parallel Pd graph engine (issue 15, seed 001 section 2): a 64-voice patch on 2 harts
+    /// vs 1 (global queue and work stealing), a deep chain, per-block scheduling overhead, and
+    /// real-time voices on one hart against Pd 0.53 itself (`pd -batch`).
+    Graph(graph::GraphArgs),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -177,6 +182,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
             let r = tess_pulse::bench::run(&o).map_err(|e| anyhow::anyhow!("pulse bench: {e}"))?;
             (c.clone(), r)
         }
+        Which::Graph(a) => (a.common.clone(), graph::run(&a)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())

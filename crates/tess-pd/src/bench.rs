@@ -1,0 +1,356 @@
+//! `tess bench graph`: the parallel graph engine against itself on one hart and against Pd 0.53
+//! (seed 001 section 2.2; issue 15).
+//!
+//! Figures (baselines in the same run):
+//! - `speedup_2_harts`: per-block time of a wide patch (64 independent `osc~ -> vcf~ -> env~`
+//!   voices mixed into `dac~`) on 1 hart (Pd's serial order) over 2 harts with work stealing;
+//!   `speedup_2_harts_global` the same with the global queue. Goal >= 1.8.
+//! - `deep_chain_ratio`: a 256-object chain with no parallelism, 2 harts over 1 hart (must not
+//!   be slower: <= 1 within noise).
+//! - `global_vs_stealing.global_us` / `.stealing_us`: per-block scheduling overhead on 2 harts,
+//!   measured on 64 trivial voices (`sig~ -> *~`): parallel block time minus serial block time.
+//! - `pd_realtime_ratio`: voices one hart sustains in real time at 64-sample blocks, ours over
+//!   Pd 0.53's (`pd -batch` wall time for the same patch). `voices_1_hart`, `voices_2_harts`,
+//!   `pd_voices_1_hart` alongside.
+
+use crate::engine::{Config, Engine};
+use crate::sched::{Executor, Strategy};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tess_bench::{Report, Summary, Table};
+
+/// Options.
+#[derive(Debug, Clone)]
+pub struct GraphBenchOptions {
+    /// Fewer blocks: a smoke run.
+    pub quick: bool,
+    /// First CPU to pin hart 0 to (hart 1 on the next).
+    pub first_cpu: usize,
+    /// Voices in the wide patch.
+    pub voices: usize,
+    /// Run the harts (and Pd) `SCHED_FIFO` at this priority, as an audio cell would; None:
+    /// ordinary threads (then other load on the machine shows in every figure).
+    pub rt_priority: Option<i32>,
+}
+
+impl Default for GraphBenchOptions {
+    fn default() -> Self {
+        GraphBenchOptions {
+            quick: false,
+            first_cpu: 0,
+            voices: 64,
+            rt_priority: Some(50),
+        }
+    }
+}
+
+const SR: f32 = 44100.0;
+const BLOCK: usize = 64;
+
+/// The wide patch: `voices` voices of `osc~ -> vcf~ -> env~`, mixed into `dac~`.
+pub fn voices_patch(voices: usize) -> String {
+    let mut s = String::from("#N canvas 0 0 800 600 12;\n#X obj 10 500 dac~ 1 2;\n");
+    let mut c = String::new();
+    for v in 0..voices {
+        let b = 1 + v * 7;
+        let f = 100.0 + 7.0 * v as f64;
+        let _ = write!(
+            s,
+            "#X obj 10 10 osc~ {f};\n#X obj 100 10 phasor~ 0.3;\n#X obj 100 30 *~ 2000;\n#X obj 100 50 +~ 300;\n#X obj 10 70 vcf~ 5;\n#X obj 10 90 *~ 0.01;\n#X obj 100 90 env~ 1024;\n"
+        );
+        let _ = write!(
+            c,
+            "#X connect {b} 0 {} 0;\n#X connect {} 0 {} 0;\n#X connect {} 0 {} 0;\n#X connect {} 0 {} 1;\n#X connect {} 0 {} 0;\n#X connect {} 0 0 0;\n#X connect {} 0 0 1;\n#X connect {} 0 {} 0;\n",
+            b + 4,
+            b + 1,
+            b + 2,
+            b + 2,
+            b + 3,
+            b + 3,
+            b + 4,
+            b + 4,
+            b + 5,
+            b + 5,
+            b + 5,
+            b + 4,
+            b + 6
+        );
+    }
+    s + &c
+}
+
+/// A chain of `n` filters with no parallelism.
+pub fn chain_patch(n: usize) -> String {
+    let mut s = String::from("#N canvas 0 0 800 600 12;\n#X obj 10 10 osc~ 220;\n");
+    let mut c = String::new();
+    for k in 1..=n {
+        let o = if k % 2 == 0 { "lop~ 5000" } else { "hip~ 20" };
+        let _ = writeln!(s, "#X obj 10 10 {o};");
+        let _ = writeln!(c, "#X connect {} 0 {k} 0;", k - 1);
+    }
+    let _ = writeln!(s, "#X obj 10 10 dac~ 1;");
+    let _ = writeln!(c, "#X connect {n} 0 {} 0;", n + 1);
+    s + &c
+}
+
+/// 64 trivial voices (`sig~ -> *~`), for scheduling overhead.
+pub fn trivial_patch(voices: usize) -> String {
+    let mut s = String::from("#N canvas 0 0 800 600 12;\n#X obj 10 500 dac~ 1;\n");
+    let mut c = String::new();
+    for v in 0..voices {
+        let b = 1 + 2 * v;
+        let _ = writeln!(s, "#X obj 10 10 sig~ {v};\n#X obj 10 30 *~ 0.5;");
+        let _ = writeln!(
+            c,
+            "#X connect {b} 0 {} 0;\n#X connect {} 0 0 0;",
+            b + 1,
+            b + 1
+        );
+    }
+    s + &c
+}
+
+/// Per-block times (ns) of `blocks` blocks after `warm` warm-up blocks.
+fn time_blocks(
+    patch: &Path,
+    exec: &mut Executor,
+    warm: usize,
+    blocks: usize,
+) -> anyhow::Result<Vec<u64>> {
+    let mut e = Engine::open(
+        patch,
+        Config {
+            sample_rate: SR,
+            block: BLOCK,
+        },
+    )?;
+    for _ in 0..warm {
+        e.tick(exec);
+    }
+    let mut t = Vec::with_capacity(blocks);
+    for _ in 0..blocks {
+        let s = Instant::now();
+        e.tick(exec);
+        t.push(s.elapsed().as_nanos() as u64);
+    }
+    Ok(t)
+}
+
+fn median_us(v: &[u64]) -> f64 {
+    Summary::of_ns_as_us(v).median
+}
+
+fn mean_us(v: &[u64]) -> f64 {
+    v.iter().sum::<u64>() as f64 / v.len().max(1) as f64 / 1000.0
+}
+
+/// Wall time of `pd -batch` computing `seconds` of `patch`.
+fn pd_batch_seconds(patch: &Path, seconds: f64, rt: Option<i32>) -> anyhow::Result<f64> {
+    let dir = patch.parent().unwrap_or(Path::new("."));
+    let wrapper = dir.join("pd-timing.pd");
+    let name = patch
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("patch");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#N canvas 0 0 400 300 12;\n#X obj 10 10 {name};\n#X obj 10 40 loadbang;\n#X obj 10 60 delay {};\n#X msg 10 80 \\; pd quit;\n#X connect 1 0 2 0;\n#X connect 2 0 3 0;\n",
+            seconds * 1000.0
+        ),
+    )?;
+    let mut cmd = match rt {
+        Some(p) => {
+            let mut c = std::process::Command::new("chrt");
+            c.args(["-f", &p.to_string(), "pd"]);
+            c
+        }
+        None => std::process::Command::new("pd"),
+    };
+    let start = Instant::now();
+    let out = cmd
+        .args([
+            "-batch", "-noprefs", "-nosound", "-nomidi", "-r", "44100", "-send", "pd dsp 1",
+            "-open",
+        ])
+        .arg(&wrapper)
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!("running pd (Debian's puredata-core; scripts/setup installs it): {e}")
+        })?;
+    let wall = start.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        out.status.success(),
+        "pd -batch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(wall)
+}
+
+fn write_patch(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+    let p = dir.join(name);
+    std::fs::write(&p, text)?;
+    Ok(p)
+}
+
+/// Runs the bench.
+pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
+    let dir = std::env::temp_dir().join(format!("tess-pd-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (warm, blocks) = if o.quick { (100, 500) } else { (500, 6000) };
+    let wide = write_patch(&dir, "voices.pd", &voices_patch(o.voices))?;
+    let deep = write_patch(&dir, "chain.pd", &chain_patch(256))?;
+    let triv = write_patch(&dir, "trivial.pd", &trivial_patch(64))?;
+    let cpu = o.first_cpu;
+    let serial = Executor::serial;
+    let rt = o.rt_priority;
+    let par = |s: Strategy| {
+        let e = Executor::new(s, 2).pinned(cpu);
+        match rt {
+            Some(p) => e.realtime(p),
+            None => e,
+        }
+    };
+    crate::sched::pin_to(cpu);
+    let rt_note = match rt.map(crate::sched::set_fifo) {
+        Some(Err(e)) => format!("SCHED_FIFO refused ({e}): harts ran as ordinary threads"),
+        Some(Ok(())) => format!("harts and pd ran SCHED_FIFO {}", rt.unwrap_or(0)),
+        None => "harts ran as ordinary threads".into(),
+    };
+
+    let mut rows = Vec::new();
+    let mut measure = |label: &str, patch: &Path, mut ex: Executor| -> anyhow::Result<Vec<u64>> {
+        let t = time_blocks(patch, &mut ex, warm, blocks)?;
+        let s = Summary::of_ns_as_us(&t);
+        let per_hart = ex.tasks_per_hart();
+        let share = match per_hart.as_slice() {
+            [a, b, ..] if a + b > 0 => format!("{:.0}%", 100.0 * *b as f64 / (a + b) as f64),
+            _ => "-".into(),
+        };
+        rows.push((
+            label.to_string(),
+            s.median,
+            s.p99,
+            s.max,
+            mean_us(&t),
+            ex.task_count(),
+            share,
+        ));
+        Ok(t)
+    };
+    let wide_1 = measure("wide, 1 hart (Pd order)", &wide, serial())?;
+    let wide_g = measure(
+        "wide, 2 harts, global queue",
+        &wide,
+        par(Strategy::GlobalQueue),
+    )?;
+    let wide_s = measure(
+        "wide, 2 harts, work stealing",
+        &wide,
+        par(Strategy::WorkStealing),
+    )?;
+    let deep_1 = measure("deep chain, 1 hart", &deep, serial())?;
+    let deep_s = measure(
+        "deep chain, 2 harts, work stealing",
+        &deep,
+        par(Strategy::WorkStealing),
+    )?;
+    let triv_1 = measure("trivial, 1 hart", &triv, serial())?;
+    let triv_g = measure(
+        "trivial, 2 harts, global queue",
+        &triv,
+        par(Strategy::GlobalQueue),
+    )?;
+    let triv_s = measure(
+        "trivial, 2 harts, work stealing",
+        &triv,
+        par(Strategy::WorkStealing),
+    )?;
+
+    let mut r = Report::new("graph");
+    let mut t = Table::new(
+        "per-block time (us), 44.1 kHz, 64-sample blocks (deadline 1451 us)",
+        &[
+            "configuration",
+            "median",
+            "p99",
+            "max",
+            "mean",
+            "tasks",
+            "hart 1 ran",
+        ],
+    );
+    for (l, med, p99, max, mean, tasks, share) in &rows {
+        t.row(&[
+            l.clone(),
+            format!("{med:.1}"),
+            format!("{p99:.1}"),
+            format!("{max:.1}"),
+            format!("{mean:.1}"),
+            tasks.to_string(),
+            share.clone(),
+        ]);
+    }
+    r.table(t);
+    let speedup = median_us(&wide_1) / median_us(&wide_s);
+    let speedup_g = median_us(&wide_1) / median_us(&wide_g);
+    r.figure("speedup_2_harts", speedup);
+    r.figure("speedup_2_harts_global", speedup_g);
+    r.target(
+        "speedup_2_harts >= 1.8",
+        speedup >= 1.8,
+        format!("{speedup:.2}"),
+    );
+    let deep_ratio = median_us(&deep_s) / median_us(&deep_1);
+    r.figure("deep_chain_ratio", deep_ratio);
+    r.target(
+        "deep chain on 2 harts not slower than 1 (ratio <= 1.05)",
+        deep_ratio <= 1.05,
+        format!("{deep_ratio:.3}"),
+    );
+    let g_over = median_us(&triv_g) - median_us(&triv_1);
+    let s_over = median_us(&triv_s) - median_us(&triv_1);
+    r.figure("global_vs_stealing.global_us", g_over);
+    r.figure("global_vs_stealing.stealing_us", s_over);
+
+    // real-time capacity on one hart: ours from the mean block time, Pd's from -batch wall time
+    let block_us = BLOCK as f64 / SR as f64 * 1e6;
+    let voices_1 = o.voices as f64 * block_us / mean_us(&wide_1);
+    let voices_2 = o.voices as f64 * block_us / mean_us(&wide_s);
+    r.figure("voices_1_hart", voices_1);
+    r.figure("voices_2_harts", voices_2);
+    let audio_s = if o.quick { 2.0 } else { 10.0 };
+    match pd_batch_seconds(&wide, audio_s, rt) {
+        Ok(wall) => {
+            let pd_voices = o.voices as f64 * audio_s / wall;
+            r.figure("pd_voices_1_hart", pd_voices);
+            let ratio = voices_1 / pd_voices;
+            r.figure("pd_realtime_ratio", ratio);
+            r.target(
+                "pd_realtime_ratio >= 1 (ours >= Pd on one hart)",
+                ratio >= 1.0,
+                format!("{ratio:.2}"),
+            );
+            r.note(format!(
+                "Pd 0.53 -batch computed {audio_s} s of the {}-voice patch in {wall:.2} s wall (startup included)",
+                o.voices
+            ));
+        }
+        Err(e) => {
+            r.note(format!("pd_realtime_ratio not measured: {e}"));
+        }
+    }
+    r.note(format!(
+        "harts pinned to CPUs {cpu} and {}; {rt_note}; timings are noisy on a shared 2-vCPU guest",
+        cpu + 1
+    ));
+    if rt.is_some() {
+        // back to an ordinary thread for whatever the caller does next
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: valid sched_param for the call; pid 0 is this thread.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(r)
+}

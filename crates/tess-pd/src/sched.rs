@@ -1,0 +1,587 @@
+//! Parallel execution of the DSP graph, per block (seed 001 section 2.2).
+//!
+//! **Tasks.** Running each object as its own task costs more in synchronisation than small
+//! objects compute, so nodes are merged into tasks first (section 2.2: "aggregating multiple
+//! nodes into a single executable unit ... any grouping that preserves the dependencies is
+//! valid"). [`cluster`] merges by cost with two rules that never create a cycle, so a voice
+//! `osc~ -> vcf~ -> env~` becomes one task while 64 voices stay 64 tasks.
+//!
+//! **Scheduling.** Per block, each task's count of unfinished predecessors is reset; tasks at
+//! zero are ready. Two dynamic strategies (section 2.2, [6] in the paper):
+//! - [`Strategy::GlobalQueue`]: one shared ready queue every hart pops from and pushes to.
+//! - [`Strategy::WorkStealing`]: a local deque per hart; a hart pushes the tasks it makes
+//!   ready onto its own deque (LIFO, cache-warm) and steals from the others when empty
+//!   (Blumofe and Leiserson [4]).
+//!
+//! The caller's thread is hart 0; `harts - 1` worker threads spin between blocks (a real-time
+//! audio cell owns its harts, so spinning is its business), yielding after a while.
+
+use crate::graph::DspGraph;
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// How ready tasks are shared among harts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Strategy {
+    /// One thread, Pd's order.
+    Serial,
+    /// A global ready queue.
+    GlobalQueue,
+    /// Local queues with work stealing.
+    WorkStealing,
+}
+
+/// Tasks made from the graph's nodes.
+#[derive(Debug, Default)]
+pub struct TaskGraph {
+    /// Each task's nodes, in a valid order.
+    pub tasks: Vec<Vec<usize>>,
+    /// Task dependencies: number of predecessors.
+    pub npreds: Vec<usize>,
+    /// Successor tasks.
+    pub succs: Vec<Vec<usize>>,
+}
+
+impl TaskGraph {
+    /// Clusters nodes into tasks by cost (see the module docs).
+    pub fn from_graph(g: &DspGraph, harts: usize) -> TaskGraph {
+        cluster(g, harts)
+    }
+}
+
+/// A task while clustering.
+#[derive(Debug, Clone)]
+struct Cluster {
+    nodes: Vec<usize>,
+    cost: u64,
+    preds: BTreeSet<usize>,
+    succs: BTreeSet<usize>,
+}
+
+/// Merges nodes into tasks. Two merges never create a cycle:
+/// - **absorb a successor** B into A when A is B's only predecessor task (any other path from
+///   A to B would enter B through another predecessor);
+/// - **absorb a predecessor** A into B when B is A's only successor task (any other path from
+///   A to B would leave A through another successor).
+///
+/// Pure chains (A's only successor is B and B's only predecessor is A) always merge; other
+/// merges only while the task's cost stays under `total / (4 * harts)`, so a wide graph keeps
+/// enough tasks for every hart; and a predecessor is absorbed only into a task with at most
+/// two predecessors (a `+~` of a mixing tree, not a 64-input `dac~` that would serialise the
+/// voices behind it).
+fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
+    let n = g.nodes.len();
+    let mut cl: Vec<Option<Cluster>> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(k, node)| {
+            Some(Cluster {
+                nodes: vec![k],
+                cost: node.cost_ns as u64,
+                preds: node.preds.iter().copied().collect(),
+                succs: node.succs.iter().copied().collect(),
+            })
+        })
+        .collect();
+    let total: u64 = cl.iter().flatten().map(|c| c.cost).sum();
+    let cap = (total / (4 * harts.max(1) as u64)).max(1);
+    let merge = |cl: &mut Vec<Option<Cluster>>, a: usize, b: usize| {
+        // b into a
+        let bc = cl[b].take().expect("live");
+        for &p in &bc.preds {
+            if p != a {
+                let pc = cl[p].as_mut().expect("live");
+                pc.succs.remove(&b);
+                pc.succs.insert(a);
+            }
+        }
+        for &s in &bc.succs {
+            if s != a {
+                let sc = cl[s].as_mut().expect("live");
+                sc.preds.remove(&b);
+                sc.preds.insert(a);
+            }
+        }
+        let ac = cl[a].as_mut().expect("live");
+        ac.succs.remove(&b);
+        ac.preds.remove(&b);
+        ac.nodes.extend(bc.nodes);
+        ac.cost += bc.cost;
+        ac.preds.extend(bc.preds.into_iter().filter(|&p| p != a));
+        ac.succs.extend(bc.succs.into_iter().filter(|&s| s != a));
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for b in 0..n {
+            let Some(bc) = &cl[b] else { continue };
+            if bc.preds.len() == 1 {
+                let a = *bc.preds.iter().next().expect("one");
+                let ac = cl[a].as_ref().expect("live");
+                let chain = ac.succs.len() == 1;
+                if chain || ac.cost + bc.cost <= cap {
+                    merge(&mut cl, a, b);
+                    changed = true;
+                    continue;
+                }
+            }
+        }
+        for a in 0..n {
+            let Some(ac) = &cl[a] else { continue };
+            if ac.succs.len() == 1 {
+                let b = *ac.succs.iter().next().expect("one");
+                let bc = cl[b].as_ref().expect("live");
+                if bc.preds.len() <= 2 && ac.cost + bc.cost <= cap {
+                    // keep the id of the absorbing task b; nodes are re-sorted below
+                    merge(&mut cl, b, a);
+                    changed = true;
+                }
+            }
+        }
+        // siblings: tasks with the same predecessors and the same successors have no path
+        // between them (one would need the other among its ancestors), so they merge safely;
+        // pack them into tasks of up to `cap` (64 voices into a mixer become a few tasks)
+        let mut groups: std::collections::BTreeMap<(Vec<usize>, Vec<usize>), Vec<usize>> =
+            Default::default();
+        for (k, c) in cl.iter().enumerate() {
+            if let Some(c) = c {
+                let key = (
+                    c.preds.iter().copied().collect(),
+                    c.succs.iter().copied().collect(),
+                );
+                groups.entry(key).or_default().push(k);
+            }
+        }
+        for members in groups.into_values().filter(|m| m.len() > 1) {
+            let mut head = members[0];
+            for &m in &members[1..] {
+                let (hc, mc) = (
+                    cl[head].as_ref().expect("live").cost,
+                    cl[m].as_ref().expect("live").cost,
+                );
+                if hc + mc <= cap {
+                    merge(&mut cl, head, m);
+                    changed = true;
+                } else {
+                    head = m;
+                }
+            }
+        }
+    }
+    let live: Vec<usize> = (0..n).filter(|&k| cl[k].is_some()).collect();
+    let mut index = vec![usize::MAX; n];
+    for (t, &k) in live.iter().enumerate() {
+        index[k] = t;
+    }
+    let mut tasks = Vec::with_capacity(live.len());
+    let mut succs = Vec::with_capacity(live.len());
+    let mut npreds = Vec::with_capacity(live.len());
+    for &k in &live {
+        let c = cl[k].as_ref().expect("live");
+        let mut nodes = c.nodes.clone();
+        nodes.sort_unstable(); // Pd's order is topological
+        tasks.push(nodes);
+        succs.push(c.succs.iter().map(|&s| index[s]).collect());
+        npreds.push(c.preds.len());
+    }
+    TaskGraph {
+        tasks,
+        npreds,
+        succs,
+    }
+}
+
+/// State shared by the harts. Queue items are `(block epoch << 32) | task`; the per-task counts
+/// and the done count come in two sets used by alternate blocks, so the calling thread can start
+/// the next block without waiting for the other harts to notice that this one ended: a late
+/// hart only ever finds items of the current block, and uses the set its item names.
+struct Shared {
+    graph: AtomicPtr<DspGraph>,
+    tasks: AtomicPtr<TaskGraph>,
+    epoch: AtomicU64,
+    stop: AtomicBool,
+    remaining: [Vec<AtomicUsize>; 2],
+    done: [AtomicUsize; 2],
+    injector: Injector<u64>,
+    stealers: Vec<Stealer<u64>>,
+    strategy: Strategy,
+    /// Tasks each hart ran (statistics).
+    ran: Vec<AtomicU64>,
+}
+
+/// Runs blocks of a graph with a strategy on a number of harts.
+pub struct Executor {
+    strategy: Strategy,
+    harts: usize,
+    tasks: Option<Box<TaskGraph>>,
+    shared: Option<Arc<Shared>>,
+    local0: Option<Worker<u64>>,
+    rt_priority: Option<i32>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    pin_first_cpu: Option<usize>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("strategy", &self.strategy)
+            .field("harts", &self.harts)
+            .finish()
+    }
+}
+
+impl Executor {
+    /// A serial executor (Pd's own order on the calling thread).
+    pub fn serial() -> Executor {
+        Executor::new(Strategy::Serial, 1)
+    }
+
+    /// An executor; threads start at the first block.
+    pub fn new(strategy: Strategy, harts: usize) -> Executor {
+        Executor {
+            strategy,
+            harts: harts.max(1),
+            tasks: None,
+            shared: None,
+            local0: None,
+            threads: Vec::new(),
+            pin_first_cpu: None,
+            rt_priority: None,
+        }
+    }
+
+    /// Runs the worker harts `SCHED_FIFO` at this priority (needs root or `CAP_SYS_NICE`; the
+    /// calling thread's policy is the caller's business, see [`set_fifo`]).
+    pub fn realtime(mut self, priority: i32) -> Executor {
+        self.rt_priority = Some(priority);
+        self
+    }
+
+    /// Pins hart `i` (the calling thread is hart 0) to CPU `first + i` (modulo the CPUs).
+    pub fn pinned(mut self, first_cpu: usize) -> Executor {
+        self.pin_first_cpu = Some(first_cpu);
+        self
+    }
+
+    /// Tasks each hart has run so far (empty for the serial executor).
+    pub fn tasks_per_hart(&self) -> Vec<u64> {
+        self.shared
+            .as_ref()
+            .map(|sh| sh.ran.iter().map(|r| r.load(Ordering::Relaxed)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of tasks the graph was split into (after the first block).
+    pub fn task_count(&self) -> usize {
+        self.tasks.as_ref().map(|t| t.tasks.len()).unwrap_or(0)
+    }
+
+    fn start(&mut self, g: &DspGraph) {
+        let tg = Box::new(TaskGraph::from_graph(g, self.harts));
+        let nt = tg.tasks.len();
+        let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
+        let stealers = locals.iter().map(Worker::stealer).collect();
+        let shared = Arc::new(Shared {
+            graph: AtomicPtr::new(std::ptr::null_mut()),
+            tasks: AtomicPtr::new(std::ptr::null_mut()),
+            epoch: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            remaining: [
+                (0..nt).map(|_| AtomicUsize::new(0)).collect(),
+                (0..nt).map(|_| AtomicUsize::new(0)).collect(),
+            ],
+            done: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            injector: Injector::new(),
+            stealers,
+            strategy: self.strategy,
+            ran: (0..self.harts).map(|_| AtomicU64::new(0)).collect(),
+        });
+        self.local0 = Some(locals.remove(0));
+        let pin = self.pin_first_cpu;
+        // A new thread inherits its creator's policy and CPUs: a creator spinning SCHED_FIFO on
+        // its one CPU would keep the new thread from ever running (to pin itself elsewhere).
+        // Spawn from an ordinary, unpinned state, wait for the workers to settle, restore.
+        let saved = ThreadSched::save();
+        ThreadSched::ordinary_everywhere();
+        let ready = Arc::new(AtomicUsize::new(0));
+        for (i, local) in locals.into_iter().enumerate() {
+            let sh = shared.clone();
+            let cpu = pin.map(|f| f + i + 1);
+            let prio = self.rt_priority;
+            let ready = ready.clone();
+            self.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tess-pd-hart{}", i + 1))
+                    .spawn(move || {
+                        if let Some(c) = cpu {
+                            pin_to(c);
+                        }
+                        if let Some(p) = prio {
+                            let _ = set_fifo(p);
+                        }
+                        ready.fetch_add(1, Ordering::Release);
+                        worker_loop(sh, local, i + 1)
+                    })
+                    .expect("spawning a DSP worker thread"),
+            );
+        }
+        while ready.load(Ordering::Acquire) < self.harts - 1 {
+            std::thread::yield_now();
+        }
+        saved.restore();
+        if let Some(first) = pin {
+            pin_to(first);
+        }
+        self.tasks = Some(tg);
+        self.shared = Some(shared);
+    }
+
+    /// Computes one block of `g`.
+    pub fn run_block(&mut self, g: &DspGraph) {
+        if self.strategy == Strategy::Serial {
+            for k in 0..g.nodes.len() {
+                // SAFETY: one thread, nodes in Pd's order (a topological order).
+                unsafe { g.run_node(k) };
+            }
+            return;
+        }
+        if self.shared.is_none() {
+            self.start(g);
+        }
+        let sh = self.shared.clone().expect("started");
+        let tg: &TaskGraph = self.tasks.as_deref().expect("started");
+        let nt = tg.tasks.len();
+        let e = sh.epoch.load(Ordering::Relaxed) + 1;
+        let p = (e % 2) as usize;
+        for (r, &n) in sh.remaining[p].iter().zip(&tg.npreds) {
+            r.store(n, Ordering::Relaxed);
+        }
+        sh.done[p].store(0, Ordering::Relaxed);
+        sh.graph
+            .store(g as *const DspGraph as *mut DspGraph, Ordering::Relaxed);
+        sh.tasks
+            .store(tg as *const TaskGraph as *mut TaskGraph, Ordering::Relaxed);
+        // publishes the counts and pointers to the harts that wake on it
+        sh.epoch.store(e, Ordering::Release);
+        let local = self.local0.as_ref().expect("started");
+        for (t, &n) in tg.npreds.iter().enumerate() {
+            if n == 0 {
+                let item = item_of(e, t);
+                match self.strategy {
+                    Strategy::WorkStealing => local.push(item),
+                    _ => sh.injector.push(item),
+                }
+            }
+        }
+        participate(&sh, local, 0, e, nt);
+    }
+}
+
+fn item_of(epoch: u64, task: usize) -> u64 {
+    ((epoch & 0xffff_ffff) << 32) | task as u64
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        if let Some(sh) = &self.shared {
+            sh.stop.store(true, Ordering::Release);
+            sh.epoch.fetch_add(1, Ordering::Release);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Pins the calling thread to one CPU (modulo the CPUs online); failures are ignored (the
+/// engine still runs, only less predictably).
+pub fn pin_to(cpu: usize) {
+    // CPUs online, not `available_parallelism` (that is this thread's affinity, which an
+    // earlier pin may already have narrowed)
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu % n).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+}
+
+fn worker_loop(sh: Arc<Shared>, local: Worker<u64>, me: usize) {
+    let mut seen = 0u64;
+    loop {
+        let mut spins = 0u32;
+        let e = loop {
+            let e = sh.epoch.load(Ordering::Acquire);
+            if e != seen {
+                seen = e;
+                break e;
+            }
+            spins += 1;
+            if spins > 20_000 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let nt = sh.remaining[0].len();
+        participate(&sh, &local, me, e, nt);
+    }
+}
+
+fn find_task(sh: &Shared, local: &Worker<u64>, me: usize) -> Option<u64> {
+    if let Some(t) = local.pop() {
+        return Some(t);
+    }
+    loop {
+        match sh.injector.steal_batch_and_pop(local) {
+            Steal::Success(t) => return Some(t),
+            Steal::Retry => continue,
+            Steal::Empty => {}
+        }
+        if sh.strategy == Strategy::WorkStealing {
+            let n = sh.stealers.len();
+            let mut retry = false;
+            for k in 1..n {
+                match sh.stealers[(me + k) % n].steal() {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if retry {
+                continue;
+            }
+        }
+        return None;
+    }
+}
+
+/// Runs tasks until all `nt` tasks of block `e` are done (or, for a worker, until a newer block
+/// started: its items are handled all the same, by the epoch they carry).
+fn participate(sh: &Shared, local: &Worker<u64>, me: usize, e: u64, nt: usize) {
+    let p = (e % 2) as usize;
+    loop {
+        if sh.done[p].load(Ordering::Acquire) >= nt {
+            return;
+        }
+        if me != 0 && sh.epoch.load(Ordering::Acquire) != e {
+            return;
+        }
+        let item = if sh.strategy == Strategy::GlobalQueue {
+            loop {
+                match sh.injector.steal() {
+                    Steal::Success(t) => break Some(t),
+                    Steal::Retry => continue,
+                    Steal::Empty => break None,
+                }
+            }
+        } else {
+            find_task(sh, local, me)
+        };
+        match item {
+            Some(item) => {
+                run_item(sh, local, item);
+                sh.ran[me].fetch_add(1, Ordering::Relaxed);
+            }
+            None => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// Runs one task and readies its successors.
+fn run_item(sh: &Shared, local: &Worker<u64>, item: u64) {
+    let te = item >> 32;
+    let t = (item & 0xffff_ffff) as usize;
+    let p = (te % 2) as usize;
+    // SAFETY: an item exists only between the moment its block stored the pointers (before
+    // the release that made the item reachable) and the moment the block's last task is done,
+    // and the calling thread stays in `run_block`, borrowing the graph, until then; the task
+    // graph lives in the executor's box for the executor's life.
+    let (g, tg) = unsafe {
+        (
+            &*sh.graph.load(Ordering::Acquire),
+            &*sh.tasks.load(Ordering::Acquire),
+        )
+    };
+    for &k in &tg.tasks[t] {
+        // SAFETY: task t became ready only when every predecessor task finished (the AcqRel
+        // decrement below), and exactly one hart popped its item.
+        unsafe { g.run_node(k) };
+    }
+    for &s in &tg.succs[t] {
+        if sh.remaining[p][s].fetch_sub(1, Ordering::AcqRel) == 1 {
+            let next = (te << 32) | s as u64;
+            match sh.strategy {
+                Strategy::WorkStealing => local.push(next),
+                _ => sh.injector.push(next),
+            }
+        }
+    }
+    sh.done[p].fetch_add(1, Ordering::AcqRel);
+}
+
+/// A thread's scheduling policy, priority and CPUs, to put back later.
+struct ThreadSched {
+    policy: i32,
+    param: libc::sched_param,
+    cpus: Option<nix::sched::CpuSet>,
+}
+
+impl ThreadSched {
+    fn save() -> ThreadSched {
+        let mut param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is this thread; `param` is valid for writing.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        // SAFETY: as above.
+        unsafe { libc::sched_getparam(0, &mut param) };
+        ThreadSched {
+            policy,
+            param,
+            cpus: nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok(),
+        }
+    }
+
+    /// SCHED_OTHER on every CPU.
+    fn ordinary_everywhere() {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: valid sched_param; pid 0 is this thread.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        let mut set = nix::sched::CpuSet::new();
+        for c in 0..n {
+            let _ = set.set(c);
+        }
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+
+    fn restore(&self) {
+        if let Some(c) = &self.cpus {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), c);
+        }
+        if self.policy >= 0 {
+            // SAFETY: valid sched_param; pid 0 is this thread.
+            unsafe { libc::sched_setscheduler(0, self.policy, &self.param) };
+        }
+    }
+}
+
+/// Makes the calling thread `SCHED_FIFO` at `priority` (1-99).
+pub fn set_fifo(priority: i32) -> std::io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `param` is a valid sched_param for the duration of the call; pid 0 is this thread.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,98 @@
+//! State objects share by name: arrays, delay lines (`delwrite~`), `send~` and `catch~` buses,
+//! and the `dac~`/`adc~` channels.
+//!
+//! Every entry is behind a lock. The locks are never contended by design: the scheduler
+//! (`sched::graph`) runs every object that touches the same named state in Pd's sort order,
+//! one after the other, so a lock costs one uncontended atomic pair per block.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Extra samples before a delay line's start, for 4-point interpolation (d_delay.c).
+pub const XTRASAMPS: usize = 4;
+/// Delay line sizes round up to a multiple of this.
+const SAMPBLK: i32 = 4;
+/// Extra room for one vector (d_delay.c `DEFDELVS`).
+const DEFDELVS: i32 = 64;
+
+/// A delay line as `delwrite~` keeps it (d_delay.c `t_delwritectl`).
+#[derive(Debug, Default)]
+pub struct DelayLine {
+    /// Usable length (`c_n`).
+    pub n: usize,
+    /// Samples, `n + XTRASAMPS` long.
+    pub vec: Vec<f32>,
+    /// Write position (`c_phase`).
+    pub phase: usize,
+    /// Requested length in milliseconds.
+    pub deltime_ms: f32,
+    /// Vector size for readers (`x_vecsize`).
+    pub vecsize: usize,
+}
+
+impl DelayLine {
+    /// Sizes the line for a sample rate (d_delay.c `sigdelwrite_updatesr`).
+    pub fn update_sr(&mut self, sr: f32) {
+        let mut nsamps = (self.deltime_ms * sr * 0.001f32) as i32;
+        if nsamps < 1 {
+            nsamps = 1;
+        }
+        nsamps += (-nsamps) & (SAMPBLK - 1);
+        nsamps += DEFDELVS;
+        let nsamps = nsamps as usize;
+        if self.n != nsamps {
+            self.vec.resize(nsamps + XTRASAMPS, 0.0);
+            self.n = nsamps;
+            self.phase = XTRASAMPS;
+        }
+    }
+}
+
+/// A `send~` or `catch~` buffer.
+pub type Bus = Arc<Mutex<Vec<f32>>>;
+
+/// All named state of one patch.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Arrays (`table`, `array define`, graphs).
+    pub arrays: HashMap<String, Arc<RwLock<Vec<f32>>>>,
+    /// Delay lines by `delwrite~` name.
+    pub delays: HashMap<String, Arc<Mutex<DelayLine>>>,
+    /// `send~` buffers.
+    pub sends: HashMap<String, Bus>,
+    /// `catch~` buffers.
+    pub catches: HashMap<String, Bus>,
+    /// `dac~` channels (summed into; the engine clears them before each block).
+    pub dac: Vec<Bus>,
+    /// `adc~` channels (filled by the host before each block).
+    pub adc: Vec<Bus>,
+    /// `delwrite~`s already prepared in this DSP build (so a `delread~` sorted after its writer
+    /// reads with no extra block of delay, d_delay.c `x_zerodel`).
+    pub delwrites_sorted: Mutex<HashSet<String>>,
+    /// Pd's logical time (ms, as `f64` bits) while the current block computes: the end of the
+    /// block, as `sched_tick` sets it before `dsp_tick` (`vline~` reads it).
+    pub block_time_ms: Arc<AtomicU64>,
+}
+
+impl Shared {
+    /// The array `name`, if defined.
+    pub fn array(&self, name: &str) -> Option<Arc<RwLock<Vec<f32>>>> {
+        self.arrays.get(name).cloned()
+    }
+
+    /// Makes sure `dac~`/`adc~` channel `ch` (0-based) exists.
+    pub fn ensure_channels(&mut self, ch: usize, block: usize) {
+        while self.dac.len() <= ch {
+            self.dac.push(Arc::new(Mutex::new(vec![0.0; block])));
+        }
+        while self.adc.len() <= ch {
+            self.adc.push(Arc::new(Mutex::new(vec![0.0; block])));
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (a panicking DSP object already aborts the render).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
