@@ -57,7 +57,7 @@ pub mod layout;
 pub mod ring;
 mod sync;
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "bench", not(loom)))]
 pub mod bench;
 #[cfg(not(loom))]
 mod endpoint;
