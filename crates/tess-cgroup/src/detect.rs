@@ -187,13 +187,16 @@ mod tests {
             Some("synth")
         );
         assert_eq!(
-            cell_in_path("/tess/part-1/ctl", "tess").as_deref(),
+            cell_in_path("/tess.part-1/ctl", "tess").as_deref(),
             Some("ctl")
         );
         assert_eq!(cell_in_path("/tess/system", "tess"), None);
         assert_eq!(cell_in_path("/tess/cells/a/b", "tess"), None);
         assert_eq!(cell_in_path("/other/cells/a", "tess"), None);
         assert_eq!(cell_in_path("/", "tess"), None);
+        assert_eq!(cell_in_path("/tess/part-1/ctl", "tess"), None);
+        assert_eq!(cell_in_path("/tess.part-1", "tess"), None);
+        assert_eq!(cell_in_path("/tess-other/cells/a", "tess"), None);
     }
 
     #[test]

@@ -21,24 +21,15 @@ use tess_sched::HartSet;
 
 pub use detect::{detect, Hierarchies};
 
-/// Finds the cell in a cgroup path relative to a hierarchy root: `/<group>/cells/<name>` or
-/// `/<group>/part-<harts>/<name>` (v2 partitions).
+/// Finds the cell in a cgroup path relative to a hierarchy root: `/<group>/cells/<name>`, or
+/// `/<group>.part-<harts>/<name>` (v2 partitions, beside the group).
 pub fn cell_in_path(path: &str, group: &str) -> Option<String> {
-    let rest = path
-        .strip_prefix('/')?
-        .strip_prefix(group)?
-        .strip_prefix('/')?;
-    let mut parts = rest.split('/');
-    let first = parts.next()?;
-    let name = parts.next()?;
-    if (first == "cells" || first.starts_with("part-"))
-        && !name.is_empty()
-        && parts.next().is_none()
-    {
-        Some(name.to_string())
-    } else {
-        None
-    }
+    let rest = path.strip_prefix('/')?.strip_prefix(group)?;
+    let rest = match rest.strip_prefix(".part-") {
+        Some(part) => part.split_once('/')?.1,
+        None => rest.strip_prefix("/cells/")?,
+    };
+    (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_string())
 }
 
 /// Reads the line of `/proc/PID/cgroup` for a v1 controller (`cpuset`) or v2 (`None`).

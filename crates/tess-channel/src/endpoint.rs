@@ -382,7 +382,8 @@ impl Endpoint {
     }
 
     /// Closes this end without telling the peer (for a process that forked and leaves the end
-    /// to its child).
+    /// to its child). Only the benchmark and the tests do that.
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn discard(mut self) {
         self.tx.hang_up_on_drop = false;
         self.rx.hang_up_on_drop = false;

@@ -62,7 +62,7 @@ mod region;
 pub mod ring;
 mod sync;
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "bench", not(loom)))]
 pub mod bench;
 #[cfg(not(loom))]
 mod endpoint;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{outcome, read, Daemon};
+use common::{harts, outcome, read, v2, Daemon};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,14 +25,27 @@ fn lifecycle_and_exit_codes() {
         "1",
     ]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
-    // The cpuset is real and exclusive of nothing else yet.
-    assert_eq!(read(d.cpuset_root().join("cells/ctl/cpuset.cpus")), "1");
+    let n = harts();
+    let others = if n == 2 {
+        "0".to_string()
+    } else {
+        format!("0,2-{}", n - 1)
+    };
+    // The cpuset is real.
+    assert_eq!(read(d.cell_cgroup("ctl").join("cpuset.cpus")), "1");
     // Hart 1 now carries a reservation: it is its own root domain, and the system stays off it.
-    assert_eq!(
-        read(d.cpuset_root().join("domains/1/cpuset.sched_load_balance")),
-        "1"
-    );
-    assert_eq!(read(d.cpuset_root().join("system/cpuset.cpus")), "0");
+    if v2() {
+        let part = std::path::Path::new("/sys/fs/cgroup").join(format!("{}.part-1", d.group));
+        assert_eq!(read(part.join("cpuset.cpus.partition")), "root");
+        assert_eq!(d.cell_cgroup("ctl"), part.join("ctl"));
+        assert_eq!(read("/sys/fs/cgroup/cpuset.cpus.effective"), others);
+    } else {
+        assert_eq!(
+            read(d.cpuset_root().join("domains/1/cpuset.sched_load_balance")),
+            "1"
+        );
+        assert_eq!(read(d.cpuset_root().join("system/cpuset.cpus")), others);
+    }
     let v = d.json(&["cell", "show", "ctl"]);
     assert_eq!(v["policy"]["kind"], "event-triggered");
     // Usage errors: 2; missing cell: 5; duplicate: 6.
@@ -57,25 +70,51 @@ fn lifecycle_and_exit_codes() {
         "cell", "resize", "ctl", "--budget", "3ms", "--memory", "64M",
     ]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
-    assert_eq!(
-        read(format!(
+    let memory_limit = if v2() {
+        d.cell_cgroup("ctl").join("memory.max")
+    } else {
+        format!(
             "/sys/fs/cgroup/memory/{}/cells/ctl/memory.limit_in_bytes",
             d.group
-        )),
-        (64u64 << 20).to_string()
-    );
+        )
+        .into()
+    };
+    assert_eq!(read(memory_limit), (64u64 << 20).to_string());
     let o = d.tess(&["cell", "resize", "ctl", "--memory", "none"]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
     assert!(d.json(&["cell", "show", "ctl"])["memory_max"].is_null());
     assert_eq!(outcome(&d.tess(&["cell", "delete", "ctl"])).0, 0);
-    assert!(!d.cpuset_root().join("cells/ctl").exists());
-    assert_eq!(read(d.cpuset_root().join("system/cpuset.cpus")), "0-1");
+    assert!(!d.cell_cgroup("ctl").exists());
+    assert!(d.cell_cgroups().is_empty());
+    let all = format!("0-{}", n - 1);
+    if v2() {
+        assert!(d.partitions().is_empty(), "{:?}", d.partitions());
+        assert_eq!(read("/sys/fs/cgroup/cpuset.cpus.effective"), all);
+    } else {
+        assert_eq!(read(d.cpuset_root().join("system/cpuset.cpus")), all);
+    }
 }
 
 #[test]
 #[ignore = "needs root: a private tessd on the real kernel"]
 fn admission_refusals_name_resource_hart_and_amount() {
     let d = Daemon::start();
+    // Hart ids and counts from the machine: dedicating every hart but 0 (held by 'syn') leaves
+    // no shared hart; one past the last hart does not exist; asking for every hart is too many.
+    let n = harts();
+    let rest = if n == 2 {
+        "1".to_string()
+    } else {
+        format!("1-{}", n - 1)
+    };
+    let no_shared = format!(
+        "dedicating harts 0-{} would leave 0 shared hart(s) for the system",
+        n - 1
+    );
+    let missing = (n + 3).to_string();
+    let asks_missing = format!("asks for hart {missing}");
+    let all = n.to_string();
+    let too_many = format!("asks for {n} dedicated hart(s) but only");
     let ok = |args: &[&str]| {
         let o = d.tess(args);
         assert_eq!(outcome(&o).0, 0, "{args:?}: {}", outcome(&o).1);
@@ -175,9 +214,9 @@ fn admission_refusals_name_resource_hart_and_amount() {
                 "--policy",
                 "dedicated",
                 "--hart-ids",
-                "1",
+                &rest,
             ],
-            "dedicating harts 0-1 would leave 0 shared hart(s) for the system",
+            &no_shared,
         ),
         (
             &[
@@ -187,9 +226,9 @@ fn admission_refusals_name_resource_hart_and_amount() {
                 "--policy",
                 "best-effort",
                 "--hart-ids",
-                "5",
+                &missing,
             ],
-            "asks for hart 5",
+            &asks_missing,
         ),
         (
             &[
@@ -199,9 +238,9 @@ fn admission_refusals_name_resource_hart_and_amount() {
                 "--policy",
                 "dedicated",
                 "--harts",
-                "1",
+                &all,
             ],
-            "dedicated hart(s) but only 0",
+            &too_many,
         ),
     ];
     for (args, want) in cases {
@@ -241,7 +280,7 @@ fn apply_is_atomic_and_idempotent() {
         d.json(&["cell", "show", "x"])["policy"]["budget"],
         2_000_000
     );
-    assert!(!d.cpuset_root().join("cells/z").exists());
+    assert!(!d.cell_cgroup("z").exists());
     // A malformed manifest is a usage error.
     let broken = d.manifest(
         "broken.toml",
@@ -300,7 +339,8 @@ fn run_confines_programs_and_reserves_cpu() {
             "--",
             "sh",
             "-c",
-            "sleep 30 & sleep 30",
+            // `; exit 0` keeps the shell (busybox sh would exec the last command instead).
+            "sleep 30 & sleep 30; exit 0",
         ])
         .env("TESS_SOCKET", &d.socket)
         .stdout(Stdio::null())
@@ -325,10 +365,11 @@ fn run_confines_programs_and_reserves_cpu() {
     };
     for t in &threads {
         assert_eq!(t["affinity"], serde_json::json!([1]));
-        let cg = read(format!("/proc/{}/cgroup", t["tid"]));
+        let tid = t["tid"].as_u64().unwrap() as u32;
         assert!(
-            cg.contains(&format!("cpuset:/{}/cells/rt", d.group)),
-            "{cg}"
+            d.in_cell(tid, "rt"),
+            "{}",
+            read(format!("/proc/{tid}/cgroup"))
         );
     }
     if group {
@@ -394,8 +435,18 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
         .env("TESS_SOCKET", &d.socket)
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     let holder_pid = holder.id();
+    // Wait until it is in (`tess run` attaches, then execs): on a slow machine (TCG in
+    // scripts/test-vm) the restart below would otherwise cut its attach short.
+    let t0 = Instant::now();
+    while !d.in_cell(holder_pid, "k1") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the holder never joined k1: {}",
+            read(format!("/proc/{holder_pid}/cgroup"))
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let state_a = vec![
         ("k1".to_string(), "1".to_string()),
         ("k2".to_string(), "0".to_string()),
@@ -461,16 +512,13 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
             "cgroups do not match the committed cells"
         );
         for (name, harts) in &cells {
-            assert_eq!(
-                &read(d.cpuset_root().join("cells").join(name).join("cpuset.cpus")),
-                harts
-            );
+            assert_eq!(&read(d.cell_cgroup(name).join("cpuset.cpus")), harts);
         }
         // The holder is still confined in k1.
-        let cg = read(format!("/proc/{holder_pid}/cgroup"));
         assert!(
-            cg.contains(&format!("cpuset:/{}/cells/k1", d.group)),
-            "holder escaped: {cg}"
+            d.in_cell(holder_pid, "k1"),
+            "holder escaped: {}",
+            read(format!("/proc/{holder_pid}/cgroup"))
         );
     }
     eprintln!(
@@ -487,23 +535,9 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
     let _ = holder.wait();
 }
 
-/// Cell cgroups present under the daemon's subtree, sorted.
+/// Cell cgroups present under the daemon's subtree (and, on v2, its partitions), sorted.
 fn cell_dirs(d: &Daemon) -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(d.cpuset_root().join("cells"))
-        .map(|rd| {
-            rd.filter_map(|e| {
-                let e = e.ok()?;
-                e.file_type()
-                    .ok()?
-                    .is_dir()
-                    .then(|| e.file_name().into_string().ok())
-                    .flatten()
-            })
-            .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    dirs
+    d.cell_cgroups()
 }
 
 #[test]
@@ -589,12 +623,12 @@ fn unprivileged_users_get_quotas_and_privacy() {
             "--",
             "sh",
             "-c",
-            "grep cpuset /proc/self/cgroup; chrt -p $$",
+            "cat /proc/self/cgroup; chrt -p $$",
         ],
     );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", outcome(&o).1);
-    assert!(out.contains("/cells/a1"), "{out}");
+    assert!(out.contains("/a1\n"), "{out}");
     // Served by the reservation (group servers are experimental and off by default).
     assert!(out.contains("SCHED_DEADLINE"), "{out}");
     // Root sees both users' view.

@@ -51,7 +51,9 @@ pub mod netns;
 pub mod netsvc;
 pub mod pool;
 pub mod record;
-pub mod rt;
+/// Real-time setup of the binaries' threads (moved to `tess_sched::rt`, where the network
+/// service takes it from too).
+pub use tess_sched::rt;
 #[cfg(not(loom))]
 pub mod scenario;
 pub mod slabs;

@@ -21,13 +21,13 @@
 //! - [`sched`]: the scheduler, with its equations, glossary and worked example; admission in
 //!   [`sched::admission`].
 //! - [`service`]: the service loop, sessions, batched socket calls, the flow table.
-//! - [`bench`]: `tess bench net`, the experiment of seed 000 section 4.2 (Fig. 8) with the
-//!   synthesizer's traffic behind the service.
+//! - Its benchmark, `tess bench net` (seed 000 section 4.2, Fig. 8, with the synthesizer's
+//!   traffic behind the service), is in `tess-cli` (`src/bench/net/`): it drives the music
+//!   application, which sits above this service.
 //! - Binaries: `tess-netd` (the service), `tess-net-flood` (the abusive streaming client).
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod bench;
 pub mod sched;
 pub mod service;
 

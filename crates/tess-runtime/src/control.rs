@@ -137,7 +137,8 @@ pub fn join_cell(cell: &str) -> Result<(), tess_proto::ApiError> {
     Ok(())
 }
 
-/// The cell the calling process runs in, from its cpuset cgroup (`.../cells/NAME`), if any.
+/// The cell the calling process runs in, from its cpuset cgroup (`.../cells/NAME` or
+/// `.../GROUP.part-HARTS/NAME`), if any.
 pub fn current_cell() -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     text.lines().find_map(|l| {
@@ -145,7 +146,8 @@ pub fn current_cell() -> Option<String> {
         let mut parts = path.rsplit('/');
         let name = parts.next()?;
         let parent = parts.next()?;
-        (parent == "cells" || parent.starts_with("part-"))
+        // `GROUP/cells/NAME`, or `GROUP.part-HARTS/NAME` (cgroup v2 partitions).
+        (parent == "cells" || parent.contains(".part-"))
             .then(|| name.to_string())
             .filter(|n| !n.is_empty())
     })

@@ -49,7 +49,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "bench", not(loom)))]
 pub mod bench;
 #[cfg(not(loom))]
 pub mod control;

@@ -8,6 +8,7 @@
 //! - [`clock`]: `CLOCK_MONOTONIC` time in nanoseconds and absolute-time sleeps, the common time
 //!   grid on which time-triggered windows are laid out.
 //! - [`proc`]: threads of a process, from `/proc`.
+//! - [`rt`]: real-time setup of a program's threads (pinning, policy, stop/report signals).
 #![warn(missing_docs)]
 
 pub mod affinity;
@@ -15,6 +16,7 @@ pub mod attr;
 pub mod clock;
 mod hartset;
 pub mod proc;
+pub mod rt;
 
 pub use attr::{Policy, SchedError};
 pub use hartset::{HartSet, ParseHartSetError};

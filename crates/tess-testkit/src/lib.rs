@@ -22,6 +22,44 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub use tess_cgroup::{cell_in_path, Version};
+
+/// The cgroup hierarchy a tessd started here drives: v1 where it mounts both the cpuset and the
+/// cpu controllers (hybrid hosts), else v2 (the same rule as `tessd`'s automatic choice).
+pub fn cgroup_version() -> tess_cgroup::Version {
+    tess_cgroup::detect()
+        .expect("reading /proc/self/mountinfo")
+        .preferred()
+        .expect("this machine offers no cgroup hierarchy tessd can drive")
+}
+
+/// The harts online here: root tests place cells by what the machine has (2 harts on the
+/// development machine, 2 and 4 in `scripts/test-vm`), never by an assumed count.
+pub fn online_harts() -> tess_sched::HartSet {
+    tess_sched::online_harts().expect("reading the online harts")
+}
+
+/// Where the cgroup hierarchy that holds cpusets is mounted (v1 `cpuset`, or the v2 root).
+pub fn cpuset_mount() -> PathBuf {
+    let h = tess_cgroup::detect().expect("reading /proc/self/mountinfo");
+    match cgroup_version() {
+        tess_cgroup::Version::V1 => h.v1_cpuset,
+        tess_cgroup::Version::V2 => h.v2,
+    }
+    .expect("the cpuset hierarchy is mounted")
+}
+
+/// The path of process `pid` in the cpuset hierarchy (`/G/cells/NAME` on v1; on v2 the same,
+/// or `/G.part-HARTS/NAME` for a cell in a partition), from `/proc/PID/cgroup`.
+pub fn cpuset_cgroup_of(pid: u32) -> String {
+    let controller = match cgroup_version() {
+        tess_cgroup::Version::V1 => Some("cpuset"),
+        tess_cgroup::Version::V2 => None,
+    };
+    tess_cgroup::proc_cgroup_path(pid as i32, controller)
+        .unwrap_or_else(|| panic!("process {pid} has no cpuset cgroup (exited?)"))
+}
+
 /// The lock every private tessd holds (shared with `scripts/with-tessd`).
 pub const MACHINE_LOCK: &str = "/run/lock/tess-dev.lock";
 
@@ -177,6 +215,60 @@ impl Tessd {
             .collect()
     }
 
+    /// The cpuset group of cell `name` (v1: `<cpuset>/G/cells/NAME`; v2: `G/cells/NAME`, or
+    /// `G.part-HARTS/NAME` for a dedicated or reserved cell in its partition), present or not.
+    pub fn cell_cgroup(&self, name: &str) -> PathBuf {
+        let mount = cpuset_mount();
+        let plain = mount.join(&self.group).join("cells").join(name);
+        if cgroup_version() == tess_cgroup::Version::V1 || plain.exists() {
+            return plain;
+        }
+        self.partitions()
+            .into_iter()
+            .map(|p| p.join(name))
+            .find(|p| p.exists())
+            .unwrap_or(plain)
+    }
+
+    /// The v2 partitions of this daemon (`G.part-HARTS` beside its group); none on v1.
+    pub fn partitions(&self) -> Vec<PathBuf> {
+        let prefix = format!("{}.part-", self.group);
+        let mut v: Vec<PathBuf> = std::fs::read_dir(cpuset_mount())
+            .map(|rd| {
+                rd.filter_map(|e| {
+                    let e = e.ok()?;
+                    let name = e.file_name().into_string().ok()?;
+                    name.starts_with(&prefix).then(|| e.path())
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Names of the cells that have a cpuset group now, sorted.
+    pub fn cell_cgroups(&self) -> Vec<String> {
+        let mut dirs = vec![cpuset_mount().join(&self.group).join("cells")];
+        dirs.extend(self.partitions());
+        let mut names: Vec<String> = dirs
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d).ok())
+            .flatten()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                e.file_type()
+                    .ok()?
+                    .is_dir()
+                    .then(|| e.file_name().into_string().ok())
+                    .flatten()
+            })
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Path of the daemon's log.
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("tessd.log")
@@ -300,12 +392,20 @@ mod tests {
             assert!(d.pid().is_some());
             assert!(d.socket.exists());
         }
-        // --reset removed the private subtree wherever the cpuset controller is mounted.
+        // --reset removed the private subtree wherever the cpuset controller is mounted, and
+        // on v2 its partitions beside it.
         for root in ["/sys/fs/cgroup/cpuset", "/sys/fs/cgroup"] {
             assert!(
                 !Path::new(root).join(&group).exists(),
                 "{root}/{group} left"
             );
+            let leftovers: Vec<String> = std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&format!("{group}.")))
+                .collect();
+            assert!(leftovers.is_empty(), "{root}: {leftovers:?} left");
         }
     }
 }

@@ -7,8 +7,6 @@ use tess_sched::HartSet;
 
 /// Harts the group asks for.
 pub const CPUS: &str = "cpuset.cpus";
-/// Harts the group may hand exclusively to partitions below it.
-pub const CPUS_EXCLUSIVE: &str = "cpuset.cpus.exclusive";
 /// `member`, `root` or `isolated`.
 pub const PARTITION: &str = "cpuset.cpus.partition";
 
@@ -24,7 +22,7 @@ pub enum Partition {
 }
 
 impl Partition {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Partition::Member => "member",
             Partition::Root => "root",
@@ -36,12 +34,6 @@ impl Partition {
 /// Writes the hart list.
 pub fn set_cpus(fs: &Fs, dir: &Path, cpus: &HartSet) -> Result<()> {
     fs.write_if_changed(&dir.join(CPUS), &cpus.to_string())
-        .map(|_| ())
-}
-
-/// Writes the exclusive hart list.
-pub fn set_exclusive(fs: &Fs, dir: &Path, cpus: &HartSet) -> Result<()> {
-    fs.write_if_changed(&dir.join(CPUS_EXCLUSIVE), &cpus.to_string())
         .map(|_| ())
 }
 

@@ -1,19 +1,29 @@
 //! cgroup v2: the unified hierarchy.
 //!
 //! ```text
-//! <root>/tess/                  +cpuset +cpu +memory +pids; cpuset.cpus.exclusive = partitioned harts
-//! <root>/tess/cells/<name>/     dedicated cells are isolated partitions; best-effort cells and
-//!                               reserved cells outside a partition live here too
-//! <root>/tess/part-<harts>/     a root partition (its own root domain) per component of reserved
-//!   <name>/                     harts, holding the reserved cells placed on it
+//! <root>/tess/                  +cpuset +cpu +memory +pids; cpuset.cpus left empty (it inherits
+//!                               whatever the partitions leave to the root)
+//! <root>/tess/cells/<name>/     best-effort cells, and reserved cells outside a partition
+//! <root>/tess.part-<harts>/     a partition of the root: `isolated` for a dedicated cell (no
+//!   <name>/                     load balancing), `root` for a component of reserved harts (its
+//!                               own root domain), holding the cells placed on it
 //! ```
 //!
-//! Partitions whose parent is not a partition root are "remote partitions" (Linux 6.7+): every
-//! ancestor lists the harts in `cpuset.cpus.exclusive`. The kernel removes a partition's harts
-//! from every cgroup outside it, so tasks outside cells (in the root) automatically stay off
-//! dedicated and reserved harts; no sweeping is needed. Because the root must keep at least one
-//! hart, when no pool hart is left the last reserved component stays unpartitioned (it is then
-//! exactly the root's remaining harts, hence still its own root domain).
+//! A cpuset partition's parent must be a partition root on every kernel before 6.7 (Debian 12
+//! runs 6.1), and the hierarchy's root is the only one tess can count on, so the partitions are
+//! children of the root, beside tess's own group, named after it. (Linux 6.7 added "remote"
+//! partitions deeper in the tree, but `cpuset.cpus.exclusive` must then be granted by every
+//! ancestor; siblings of the root work on every kernel with partitions.) The kernel removes a
+//! partition's harts from every cgroup outside it, so tasks outside cells stay off dedicated and
+//! reserved harts; no sweeping is needed.
+//!
+//! The kernel's rules this follows (Documentation/admin-guide/cgroup-v2.rst, "cpuset.cpus.
+//! partition"): a partition's harts must be exclusive among its siblings, so tess's own group
+//! and `cells/` never set `cpuset.cpus` (empty means "inherit", and conflicts with nobody); the
+//! root must keep a hart while it holds tasks, so when no pool hart is left the last reserved
+//! component stays unpartitioned (it is then exactly the root's remaining harts, hence still its
+//! own root domain). A partition the kernel finds invalid reads back `root invalid (reason)`,
+//! which is reported as an error.
 
 pub mod cpu;
 pub mod cpuset;
@@ -31,6 +41,13 @@ const THREADS: &str = "cgroup.threads";
 const SUBTREE_CONTROL: &str = "cgroup.subtree_control";
 const CONTROLLERS: &str = "+cpuset +cpu +memory +pids";
 
+/// One cpuset partition the layout wants: its harts and whether it is isolated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Part {
+    harts: HartSet,
+    kind: cpuset::Partition,
+}
+
 /// The v2 backend.
 #[derive(Debug)]
 pub struct V2 {
@@ -40,7 +57,8 @@ pub struct V2 {
 }
 
 impl V2 {
-    /// A backend over the unified hierarchy mounted at `root`, keeping its groups under `group`.
+    /// A backend over the unified hierarchy mounted at `root`, keeping its groups under `group`
+    /// (and its partitions beside it, `group.part-HARTS`).
     pub fn new(root: PathBuf, group: &str, fs: Fs) -> V2 {
         V2 {
             root,
@@ -53,32 +71,61 @@ impl V2 {
         self.root.join(&self.group)
     }
 
-    /// The reserved components that become partitions (all but the last when no pool is left).
-    fn partitions(layout: &Layout) -> Vec<HartSet> {
-        let mut comps: Vec<HartSet> = layout
+    fn part_prefix(&self) -> String {
+        format!("{}.part-", self.group)
+    }
+
+    /// The partitions `layout` wants: one isolated partition per dedicated cell, one root
+    /// partition per component of reserved harts (all but the last when no pool is left).
+    fn partitions(layout: &Layout) -> Vec<Part> {
+        let mut parts: Vec<Part> = layout
             .domains
             .iter()
             .filter(|d| d.is_subset(&layout.reserved))
-            .cloned()
+            .map(|d| Part {
+                harts: d.clone(),
+                kind: cpuset::Partition::Root,
+            })
             .collect();
         if layout.pool.is_empty() && layout.all.difference(&layout.managed).is_empty() {
-            comps.pop();
+            parts.pop();
         }
-        comps
+        parts.extend(
+            layout
+                .cells
+                .values()
+                .filter(|c| c.class == CellClass::Dedicated)
+                .map(|c| Part {
+                    harts: c.cpus.clone(),
+                    kind: cpuset::Partition::Isolated,
+                }),
+        );
+        parts
     }
 
     fn partition_dir(&self, harts: &HartSet) -> PathBuf {
-        self.top().join(format!("part-{harts}"))
+        self.root.join(format!("{}{harts}", self.part_prefix()))
+    }
+
+    /// Partition directories present now (tess's, by name).
+    fn existing_partitions(&self) -> Vec<PathBuf> {
+        let prefix = self.part_prefix();
+        self.fs
+            .children(&self.root)
+            .into_iter()
+            .filter(|c| c.starts_with(&prefix))
+            .map(|c| self.root.join(c))
+            .collect()
     }
 
     /// Where cell `name` lives under `layout`.
     fn cell_dir_in(&self, name: &str, cell: &CellLayout, layout: &Layout) -> PathBuf {
-        if cell.class == CellClass::Reserved {
+        if cell.class != CellClass::Shared {
             if let Some(p) = Self::partitions(layout)
                 .iter()
-                .find(|p| cell.cpus.is_subset(p))
+                .find(|p| cell.cpus.is_subset(&p.harts))
             {
-                return self.partition_dir(p).join(name);
+                return self.partition_dir(&p.harts).join(name);
             }
         }
         self.top().join("cells").join(name)
@@ -90,11 +137,9 @@ impl V2 {
         if plain.is_dir() {
             return Some(plain);
         }
-        self.fs
-            .children(&self.top())
+        self.existing_partitions()
             .into_iter()
-            .filter(|c| c.starts_with("part-"))
-            .map(|c| self.top().join(c).join(name))
+            .map(|p| p.join(name))
             .find(|p| p.is_dir())
     }
 
@@ -112,10 +157,19 @@ impl V2 {
         self.fs.rmdir(dir)
     }
 
-    fn ensure_parent(&self, dir: &Path, cpus: &HartSet) -> Result<()> {
+    fn ensure_parent(&self, dir: &Path) -> Result<()> {
         self.fs.mkdir(dir)?;
-        cpuset::set_cpus(&self.fs, dir, cpus)?;
-        self.fs.write(&dir.join(SUBTREE_CONTROL), CONTROLLERS)
+        self.fs
+            .write_if_changed(&dir.join(SUBTREE_CONTROL), CONTROLLERS)
+            .map(|_| ())
+    }
+
+    /// Removes partition `dir` once no cell is left in it.
+    fn remove_if_empty(&self, dir: &Path) -> Result<()> {
+        if dir.is_dir() && self.fs.children(dir).is_empty() {
+            self.evacuate_and_remove(dir)?;
+        }
+        Ok(())
     }
 }
 
@@ -130,43 +184,49 @@ impl Backend for V2 {
 
     fn describe(&self) -> String {
         format!(
-            "cgroup v2 at {}; groups under {}/",
+            "cgroup v2 at {}; groups under {}/, partitions {}*",
             self.root.display(),
-            self.group
+            self.group,
+            self.part_prefix()
         )
     }
 
-    fn init(&self, all: &HartSet) -> Result<()> {
+    fn init(&self, _all: &HartSet) -> Result<()> {
+        // The root's subtree_control lists what it already enables: `write_if_changed` would
+        // compare "+cpuset ..." with "cpuset ..." and write anyway, which is harmless.
         self.fs
             .write(&self.root.join(SUBTREE_CONTROL), CONTROLLERS)?;
-        self.ensure_parent(&self.top(), all)?;
-        self.ensure_parent(&self.top().join("cells"), all)?;
+        self.ensure_parent(&self.top())?;
+        self.ensure_parent(&self.top().join("cells"))?;
         Ok(())
     }
 
     fn apply_topology(&self, layout: &Layout) -> Result<()> {
-        let parts = Self::partitions(layout);
-        let exclusive = parts
-            .iter()
-            .fold(layout.dedicated.clone(), |acc, p| acc.union(p));
-        // Grow the ancestors' exclusive sets before children claim harts; stale partitions are
-        // dissolved first (their cells are moved by apply_cell).
-        let wanted: Vec<String> = parts.iter().map(|p| format!("part-{p}")).collect();
-        for child in self.fs.children(&self.top()) {
-            if child.starts_with("part-") && !wanted.contains(&child) {
-                let dir = self.top().join(&child);
-                if self.fs.children(&dir).is_empty() {
-                    self.evacuate_and_remove(&dir)?;
+        let wanted = Self::partitions(layout);
+        // Partitions that are not wanted as they are give their harts back first, so that the
+        // wanted ones can claim them: they become members (their cells keep their tasks until
+        // `apply_cell` moves them) and go once empty.
+        for dir in self.existing_partitions() {
+            let keep = wanted.iter().any(|p| {
+                self.partition_dir(&p.harts) == dir
+                    && self
+                        .fs
+                        .read(&dir.join(cpuset::PARTITION))
+                        .is_ok_and(|k| k.trim() == p.kind.as_str())
+            });
+            if !keep {
+                if dir.join(cpuset::PARTITION).exists() {
+                    cpuset::set_partition(&self.fs, &dir, cpuset::Partition::Member)?;
                 }
+                self.remove_if_empty(&dir)?;
             }
         }
-        cpuset::set_exclusive(&self.fs, &self.top(), &exclusive)?;
-        cpuset::set_exclusive(&self.fs, &self.top().join("cells"), &layout.dedicated)?;
-        for p in &parts {
-            let dir = self.partition_dir(p);
-            self.ensure_parent(&dir, p)?;
-            cpuset::set_exclusive(&self.fs, &dir, p)?;
-            cpuset::set_partition(&self.fs, &dir, cpuset::Partition::Root)?;
+        for p in &wanted {
+            let dir = self.partition_dir(&p.harts);
+            self.fs.mkdir(&dir)?;
+            cpuset::set_cpus(&self.fs, &dir, &p.harts)?;
+            cpuset::set_partition(&self.fs, &dir, p.kind)?;
+            self.ensure_parent(&dir)?;
         }
         Ok(())
     }
@@ -176,12 +236,6 @@ impl Backend for V2 {
         let moved_from = self.current_dir(name).filter(|d| *d != dir);
         self.fs.mkdir(&dir)?;
         cpuset::set_cpus(&self.fs, &dir, &cell.cpus)?;
-        if cell.class == CellClass::Dedicated {
-            cpuset::set_exclusive(&self.fs, &dir, &cell.cpus)?;
-            cpuset::set_partition(&self.fs, &dir, cpuset::Partition::Isolated)?;
-        } else if dir.join(cpuset::PARTITION).exists() && !self.fs.is_fake() {
-            cpuset::set_partition(&self.fs, &dir, cpuset::Partition::Member)?;
-        }
         cpu::set_weight(&self.fs, &dir, cell.cpu_weight.unwrap_or(100))?;
         cpu::set_max(&self.fs, &dir, cell.cfs_limit)?;
         memory::set_max(&self.fs, &dir, cell.memory_max)?;
@@ -189,15 +243,25 @@ impl Backend for V2 {
         if let Some(old) = moved_from {
             self.fs.move_all(&old.join(PROCS), &dir.join(PROCS))?;
             self.evacuate_and_remove(&old)?;
+            if let Some(parent) = old.parent().filter(|p| *p != self.top().join("cells")) {
+                let wanted = Self::partitions(layout)
+                    .iter()
+                    .any(|p| self.partition_dir(&p.harts) == parent);
+                if !wanted {
+                    self.remove_if_empty(parent)?;
+                }
+            }
         }
         Ok(())
     }
 
     fn remove_cell(&self, name: &str) -> Result<()> {
-        match self.current_dir(name) {
-            Some(dir) => self.evacuate_and_remove(&dir),
-            None => Ok(()),
-        }
+        let Some(dir) = self.current_dir(name) else {
+            return Ok(());
+        };
+        self.evacuate_and_remove(&dir)?;
+        // A partition left without cells stays until the next `apply_topology` decides.
+        Ok(())
     }
 
     fn attach_process(&self, name: &str, pid: i32, _cpu: bool) -> Result<()> {
@@ -229,15 +293,11 @@ impl Backend for V2 {
 
     fn existing_cells(&self) -> Result<Vec<String>> {
         let mut names = self.fs.children(&self.top().join("cells"));
-        for part in self
-            .fs
-            .children(&self.top())
-            .into_iter()
-            .filter(|c| c.starts_with("part-"))
-        {
-            names.extend(self.fs.children(&self.top().join(part)));
+        for part in self.existing_partitions() {
+            names.extend(self.fs.children(&part));
         }
         names.sort();
+        names.dedup();
         Ok(names)
     }
 
@@ -246,6 +306,9 @@ impl Backend for V2 {
     }
 
     fn teardown(&self) -> Result<()> {
+        for part in self.existing_partitions() {
+            self.evacuate_and_remove(&part)?;
+        }
         self.evacuate_and_remove(&self.top())
     }
 

@@ -62,7 +62,7 @@ fn et() -> Policy {
 }
 
 #[test]
-fn dedicated_cells_are_isolated_remote_partitions() {
+fn dedicated_and_reserved_harts_are_partitions_beside_the_group() {
     let dir = tempfile::tempdir().unwrap();
     let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
     apply(
@@ -70,27 +70,31 @@ fn dedicated_cells_are_isolated_remote_partitions() {
         &cluster(&[("synth", Policy::Dedicated, "3"), ("ctl", et(), "2")]),
         4,
     );
-    let t = dir.path().join("tess");
+    let r = dir.path();
     assert_eq!(
-        read(dir.path().join("cgroup.subtree_control")),
+        read(r.join("cgroup.subtree_control")),
         "+cpuset +cpu +memory +pids"
     );
-    assert_eq!(read(t.join("cpuset.cpus.exclusive")), "2-3");
-    assert_eq!(read(t.join("cells/cpuset.cpus.exclusive")), "3");
+    // tess's own group never lists harts (it would collide with the partitions).
+    assert!(!r.join("tess/cpuset.cpus").exists());
     assert_eq!(
-        read(t.join("cells/synth/cpuset.cpus.partition")),
+        read(r.join("tess.part-3/cpuset.cpus.partition")),
         "isolated"
     );
-    assert_eq!(read(t.join("cells/synth/cpuset.cpus.exclusive")), "3");
+    assert_eq!(read(r.join("tess.part-3/synth/cpuset.cpus")), "3");
     // The reserved hart is its own root partition holding the reserved cell.
-    assert_eq!(read(t.join("part-2/cpuset.cpus.partition")), "root");
-    assert_eq!(read(t.join("part-2/ctl/cpuset.cpus")), "2");
-    assert_eq!(read(t.join("part-2/ctl/cpu.max")), "2000 10000");
-    assert_eq!(read(t.join("part-2/ctl/memory.max")), "max");
+    assert_eq!(read(r.join("tess.part-2/cpuset.cpus.partition")), "root");
+    assert_eq!(read(r.join("tess.part-2/ctl/cpuset.cpus")), "2");
+    assert_eq!(read(r.join("tess.part-2/ctl/cpu.max")), "2000 10000");
+    assert_eq!(read(r.join("tess.part-2/ctl/memory.max")), "max");
     assert_eq!(
         b.existing_cells().unwrap(),
         vec!["ctl".to_string(), "synth".to_string()]
     );
+    b.teardown().unwrap();
+    assert!(!r.join("tess").exists());
+    assert!(!r.join("tess.part-2").exists());
+    assert!(!r.join("tess.part-3").exists());
 }
 
 #[test]
@@ -102,13 +106,16 @@ fn last_component_stays_in_the_root_when_no_pool_is_left() {
         &cluster(&[("synth", Policy::Dedicated, "1"), ("ctl", et(), "0")]),
         2,
     );
-    let t = dir.path().join("tess");
+    let r = dir.path();
     assert!(
-        t.join("cells/ctl").is_dir(),
+        r.join("tess/cells/ctl").is_dir(),
         "reserved cell stays outside a partition"
     );
-    assert!(!t.join("part-0").exists());
-    assert_eq!(read(t.join("cpuset.cpus.exclusive")), "1");
+    assert!(!r.join("tess.part-0").exists());
+    assert_eq!(
+        read(r.join("tess.part-1/cpuset.cpus.partition")),
+        "isolated"
+    );
 }
 
 #[test]
@@ -120,15 +127,27 @@ fn cells_follow_their_partition_and_keep_their_processes() {
         &cluster(&[("ctl", Policy::BestEffort { weight: 50 }, "2")]),
         4,
     );
-    let t = dir.path().join("tess");
-    assert_eq!(read(t.join("cells/ctl/cpu.weight")), "50");
+    let r = dir.path();
+    assert_eq!(read(r.join("tess/cells/ctl/cpu.weight")), "50");
     b.attach_process("ctl", 99, true).unwrap();
     apply(&b, &cluster(&[("ctl", et(), "2")]), 4);
-    assert!(!t.join("cells/ctl").exists());
-    assert_eq!(read(t.join("part-2/ctl/cgroup.procs")), "99");
+    assert!(!r.join("tess/cells/ctl").exists());
+    assert_eq!(read(r.join("tess.part-2/ctl/cgroup.procs")), "99");
     assert_eq!(b.processes("ctl").unwrap(), vec![99]);
+    // Moving to another hart: the old partition goes once its cell has moved out.
+    apply(&b, &cluster(&[("ctl", et(), "3")]), 4);
+    assert_eq!(read(r.join("tess.part-3/ctl/cgroup.procs")), "99");
+    assert!(!r.join("tess.part-2").exists());
+    // Back to best effort: out of every partition.
+    apply(
+        &b,
+        &cluster(&[("ctl", Policy::BestEffort { weight: 50 }, "3")]),
+        4,
+    );
+    assert_eq!(read(r.join("tess/cells/ctl/cgroup.procs")), "99");
+    assert!(!r.join("tess.part-3").exists());
     b.remove_cell("ctl").unwrap();
-    assert!(!t.join("part-2/ctl").exists());
+    assert!(!r.join("tess/cells/ctl").exists());
     b.teardown().unwrap();
-    assert!(!t.exists());
+    assert!(!r.join("tess").exists());
 }

@@ -1,5 +1,11 @@
-//! `tess bench net`: the network service's guarantees (seed 000 section 4.2, issue 6); the
-//! benchmark itself lives in `tess_net::bench`.
+//! `tess bench net`: the network service's guarantees (seed 000 section 4.2, issue 6). The
+//! scenarios are in `net/scenarios.rs`, the cells they run in in `net/cells.rs`, the round-trip
+//! probe in `net/pingpong.rs`. (They lived in `tess-net` once; a service crate must not depend
+//! on the music application its benchmark drives, so they are here, above both.)
+
+mod cells;
+mod pingpong;
+mod scenarios;
 
 use super::Common;
 use std::path::PathBuf;
@@ -26,7 +32,7 @@ pub struct NetArgs {
 
 /// Runs the benchmark.
 pub fn run(a: &NetArgs) -> anyhow::Result<tess_bench::Report> {
-    let mut opts = tess_net::bench::BenchOptions::beside_current_exe(&a.out)?;
+    let mut opts = scenarios::BenchOptions::beside_current_exe(&a.out)?;
     opts.quick = a.common.quick;
     opts.seconds = a.seconds;
     opts.service_hart = a.common.hart;
@@ -37,11 +43,11 @@ pub fn run(a: &NetArgs) -> anyhow::Result<tess_bench::Report> {
         opts.scenarios = list.split(',').map(|s| s.trim().to_string()).collect();
         for s in &opts.scenarios {
             anyhow::ensure!(
-                tess_net::bench::ALL.contains(&s.as_str()),
+                scenarios::ALL.contains(&s.as_str()),
                 "unknown scenario {s:?} (known: {})",
-                tess_net::bench::ALL.join(",")
+                scenarios::ALL.join(",")
             );
         }
     }
-    tess_net::bench::run(opts)
+    scenarios::run(opts)
 }

@@ -129,12 +129,28 @@ impl Daemon {
         Path::new("/sys/fs/cgroup/cpuset").join(&self.group)
     }
 
+    /// Whether process `pid` sits in cell `name`'s cpuset group (either cgroup version).
+    pub fn in_cell(&self, pid: u32, name: &str) -> bool {
+        let path = tess_testkit::cpuset_cgroup_of(pid);
+        tess_testkit::cell_in_path(&path, &self.group).as_deref() == Some(name)
+    }
+
     /// Writes a manifest file and returns its path.
     pub fn manifest(&self, name: &str, text: &str) -> PathBuf {
         let p = self.dir.path().join(name);
         std::fs::write(&p, text).unwrap();
         p
     }
+}
+
+/// Whether tessd drives cgroup v2 here (v1 on hybrid hosts: see `tess_testkit::cgroup_version`).
+pub fn v2() -> bool {
+    tess_testkit::cgroup_version() == tess_testkit::Version::V2
+}
+
+/// How many harts are online (hart ids are 0..harts()).
+pub fn harts() -> usize {
+    tess_testkit::online_harts().len()
 }
 
 /// Reads a file, trimmed.

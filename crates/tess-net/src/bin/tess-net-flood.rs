@@ -42,8 +42,8 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    tess_music::rt::install_signal_handlers()?;
-    tess_music::rt::place_current_thread(cli.hart, None)?;
+    tess_sched::rt::install_signal_handlers()?;
+    tess_sched::rt::place_current_thread(cli.hart, None)?;
     let net = cli
         .service
         .as_deref()
@@ -61,7 +61,7 @@ fn main() -> Result<()> {
     let end = cli.duration.map(|d| start + Duration::from_secs_f64(d));
     let mut sent: u64 = 0;
     let mut seq: u64 = 0;
-    while !tess_music::rt::STOP.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+    while !tess_sched::rt::STOP.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         seq += 1;
         // Only the sequence number is written: the rest is whatever the slot held, which is
         // as good as anything for a flood and costs nothing.

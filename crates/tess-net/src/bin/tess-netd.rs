@@ -88,11 +88,11 @@ fn main() -> Result<()> {
         best_effort_weight: cli.best_effort_weight,
         window: Duration::from_secs(1),
     };
-    tess_music::rt::install_signal_handlers().context("installing signal handlers")?;
+    tess_sched::rt::install_signal_handlers().context("installing signal handlers")?;
     if let Err(e) = tess_sched::lock_memory() {
         eprintln!("tess-netd: mlockall failed ({e}); continuing");
     }
-    tess_music::rt::place_current_thread(
+    tess_sched::rt::place_current_thread(
         cli.hart,
         cli.fifo
             .map(|priority| tess_sched::Policy::Fifo { priority }),
@@ -117,7 +117,7 @@ fn main() -> Result<()> {
     if let Some(p) = &cli.ready_file {
         std::fs::write(p, &cli.name).with_context(|| format!("writing {}", p.display()))?;
     }
-    let r = svc.run(&tess_music::rt::STOP);
+    let r = svc.run(&tess_sched::rt::STOP);
     let table = svc.flow_table();
     let c = svc.counters();
     eprintln!(

@@ -3,10 +3,10 @@
 //! send, the pong's receive), so half the difference of the medians is the added latency per
 //! packet.
 
-use crate::client::Net;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use tess_bench::Summary;
+use tess_net::client::Net;
 use tess_sched::{affinity, attr, clock, HartSet, Policy};
 
 /// Round-trip times, microseconds.

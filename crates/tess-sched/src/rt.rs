@@ -1,10 +1,12 @@
-//! Real-time setup shared by the binaries: pinning, scheduling policy, locked memory, and the
-//! signals that stop a run or ask for its statistics.
+//! Real-time setup shared by the programs that run in cells (the music host, the network
+//! service, load generators): pinning, scheduling policy, and the signals that stop a run or
+//! ask for its statistics. It lives here, below every service and application, so that a
+//! service (`tess-net`) need not depend on an application (`tess-music`) for it.
 //!
 //! Signal handlers only store to atomics (async-signal-safe); the threads that care poll them.
 
+use crate::{affinity, attr, HartSet, Policy};
 use std::sync::atomic::{AtomicBool, Ordering};
-use tess_sched::{affinity, attr, HartSet, Policy};
 
 /// Set by SIGINT or SIGTERM.
 pub static STOP: AtomicBool = AtomicBool::new(false);
@@ -61,7 +63,7 @@ pub enum PlacementError {
         policy: Policy,
         /// Cause.
         #[source]
-        source: tess_sched::SchedError,
+        source: crate::SchedError,
     },
 }
 
@@ -87,7 +89,7 @@ pub fn place_current_thread(
 }
 
 /// Parses a comma/range hart list (`1`, `1,2`, `0-3`) into an ordered list.
-pub fn parse_harts(s: &str) -> Result<Vec<usize>, tess_sched::ParseHartSetError> {
+pub fn parse_harts(s: &str) -> Result<Vec<usize>, crate::ParseHartSetError> {
     // HartSet sorts; keep the user's order so that the first listed hart is the
     // communication hart even in `2,1`.
     let mut out = Vec::new();

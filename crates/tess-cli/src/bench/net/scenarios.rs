@@ -31,11 +31,7 @@
 //! median response through the service (floor) minus the median with the synthesizer's own
 //! socket (direct).
 
-mod cells;
-mod pingpong;
-
-use crate::client::qos::format_ns;
-use crate::client::{FlowTable, Net, QosSpec, Throughput};
+use super::{cells, pingpong};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -44,6 +40,8 @@ use tess_bench::{Report, Table};
 use tess_music::emulator::Pace;
 use tess_music::net::Wait;
 use tess_music::scenario::{self, Interference, RunEnv, ScenarioResult, ScenarioSpec};
+use tess_net::client::qos::format_ns;
+use tess_net::client::{FlowTable, Net, QosSpec, Throughput};
 use tess_sched::HartSet;
 
 /// Name the bench's service registers under.
@@ -125,7 +123,7 @@ fn flow_table(net: &Net) -> anyhow::Result<FlowTable> {
     Ok(net.control()?.flows()?)
 }
 
-fn totals_of(t: &FlowTable, cell: &str) -> tess_net_client::qos::Totals {
+fn totals_of(t: &FlowTable, cell: &str) -> tess_net::client::qos::Totals {
     t.flow(&format!("cell:{cell}"))
         .map(|f| f.totals)
         .unwrap_or_default()
@@ -331,7 +329,7 @@ fn spec_text(s: Option<QosSpec>) -> String {
     match s {
         None => "-".into(),
         Some(q) => {
-            let mut t = tess_net_client::qos::format_bps(q.reservation.bps as f64);
+            let mut t = tess_net::client::qos::format_bps(q.reservation.bps as f64);
             if let Some(d) = q.latency_ns {
                 t.push_str(&format!(", {} bound", format_ns(d)));
             }
@@ -586,7 +584,7 @@ fn report(
     ));
     r.note(format!(
         "service link: {} declared and paced, datagrams up to 1500 B, quantum 20 us; the abuser streams {ABUSE_BYTES}-byte datagrams to a sink on loopback as fast as the service takes them; flows without a spec share what reservations leave, first come first served",
-        crate::sched::admission::describe(&crate::sched::Link::new(LINK))
+        tess_net::sched::admission::describe(&tess_net::sched::Link::new(LINK))
     ));
     if let Some(f) = floor {
         r.note(format!(

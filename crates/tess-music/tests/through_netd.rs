@@ -2,7 +2,7 @@
 //! nameserver, clients reach it by name, the QoS interface sets a spec, and the synthesizer's
 //! host answers a SLABS emulator through the service with `t2` stamped by the service.
 //!
-//! Needs root and `tessd` built next to `tess-netd` (`cargo build --workspace`), so it is
+//! Needs root and `tessd` and `tess-netd` built next to the tests (`cargo build --workspace`), so it is
 //! `#[ignore]`d for ordinary `cargo test`; `scripts/test` runs it as root. The daemon comes from
 //! `tess-testkit` (machine-wide lock, private socket, state and cgroup subtree).
 
@@ -15,7 +15,7 @@ use tess_music::emulator::{self, EmulatorConfig, Pace};
 use tess_music::gesture::Gesture;
 use tess_music::host::{Host, HostConfig};
 use tess_music::net::Wait;
-use tess_net::client::{Net, QosSpec, Throughput};
+use tess_net_client::{Net, QosSpec, Throughput};
 use tess_testkit::{Reaper, Tessd};
 
 /// The private tessd (the workspace's harness) and the network service registered with it;
@@ -25,8 +25,10 @@ struct Daemon {
     _tessd: Tessd,
 }
 
+/// `tess-netd`, built next to the tests by `cargo build --workspace` (this test lives with the
+/// music application, above the network service, so that `tess-net` does not depend on it).
 fn netd() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tess-netd"))
+    tess_testkit::built("tess-netd")
 }
 
 fn start() -> Daemon {
@@ -115,10 +117,9 @@ fn clients_reach_the_service_by_name_and_the_synthesizer_answers_through_it() {
         ..HostConfig::default()
     })
     .unwrap();
-    let gesture = Gesture::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tess-music/gestures/default.toml"),
-    )
-    .unwrap();
+    let gesture =
+        Gesture::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("gestures/default.toml"))
+            .unwrap();
     let mut ecfg = EmulatorConfig::new(host.local_addr(), gesture);
     ecfg.duration = Duration::from_millis(1_500);
     ecfg.warmup = Duration::from_millis(200);
