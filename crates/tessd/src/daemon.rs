@@ -9,6 +9,11 @@
 //!   that is held only to clone or swap the pointer, never across any work. A writer publishes a
 //!   new snapshot after every change, while it still holds the transaction lock, so snapshots
 //!   appear in commit order and always show a committed state.
+//! - A transaction runs ahead of readers: while it holds the lock, its thread is `SCHED_FIFO` 1
+//!   ([`Urgent`]), the lowest real-time priority (below every reserved cell's threads and every
+//!   real-time program), so that hundreds of busy readers or batch work on the system harts do not
+//!   stretch a change from milliseconds to hundreds of milliseconds. A transaction is bounded
+//!   work (its waits sleep), so it cannot monopolise a hart.
 //! - Waits inside a transaction (a runtime's acknowledgement, a time-triggered window, the
 //!   kernel) hold only the transaction lock, and each has a deadline: `ADAPT_ACK_TIMEOUT` for
 //!   runtimes, one period for windows.
@@ -122,6 +127,45 @@ impl<T> Drop for TxnGuard<'_, T> {
     }
 }
 
+/// Real-time priority of a thread running a transaction (see the module docs).
+pub const TXN_FIFO_PRIORITY: u32 = 1;
+
+/// The calling thread runs as `SCHED_FIFO` [`TXN_FIFO_PRIORITY`] until dropped, then gets its
+/// previous policy back. Where the kernel refuses (RT group scheduling without RT runtime for
+/// tessd's group), it stays as it was.
+#[derive(Debug)]
+pub struct Urgent {
+    previous: Option<(tess_sched::Policy, u64)>,
+}
+
+impl Urgent {
+    /// Raises the calling thread.
+    pub fn raise() -> Urgent {
+        use tess_sched::{attr, Policy};
+        let previous = attr::get_policy(0).ok().filter(|_| {
+            attr::set_policy(
+                0,
+                Policy::Fifo {
+                    priority: TXN_FIFO_PRIORITY,
+                },
+                0,
+            )
+            .is_ok()
+        });
+        Urgent { previous }
+    }
+}
+
+impl Drop for Urgent {
+    fn drop(&mut self) {
+        if let Some((policy, flags)) = self.previous.take() {
+            if let Err(e) = tess_sched::attr::set_policy(0, policy, flags) {
+                tracing::warn!("restoring a connection thread's policy: {e}");
+            }
+        }
+    }
+}
+
 /// The engine behind its transaction lock, and the published snapshot.
 #[derive(Debug)]
 pub struct Daemon {
@@ -153,6 +197,7 @@ impl Daemon {
     /// then publishes the resulting state.
     pub fn transact<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> Result<R, Busy> {
         let mut e = self.engine.lock_timeout(TXN_WAIT)?;
+        let _urgent = Urgent::raise();
         let r = f(&mut e);
         self.publish(&e);
         Ok(r)
