@@ -7,6 +7,7 @@
 //! soon as it is registered here), and `tess bench record` writes the benchmark record from
 //! one run set (see [`record`]).
 
+mod heartbeat;
 mod isolation;
 mod music;
 mod mux;
@@ -85,6 +86,9 @@ enum Which {
     /// Activation jitter of periodic rt-app tasks beside CPU hogs (seed 002, AQuoSA's RTApp):
     /// each task under `tess run --reserve`, against plain CFS and `chrt -f`.
     Rtapp(rtapp::RtappArgs),
+    /// What a heartbeat costs the program that beats (issue 14, seed 004 section 5.1): a beat
+    /// into shared memory beside a vDSO clock read and the cheapest system call.
+    Heartbeat(Common),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -158,6 +162,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Net(a) => (a.common.clone(), net::run(&a)?),
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
+        Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())
