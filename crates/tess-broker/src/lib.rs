@@ -5,5 +5,9 @@
 //! 5.3). The service that reads heartbeats and applies decisions through tessd is the
 //! `tess-broker` binary (docs/broker.md).
 
+pub mod config;
 pub mod pacora;
 pub mod pota;
+pub mod service;
+pub mod share;
+pub mod status;

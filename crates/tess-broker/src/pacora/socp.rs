@@ -30,6 +30,11 @@ pub struct Solution {
     pub alloc: Vec<Vec<f64>>,
     /// Total penalty (evaluated on `alloc`, not the solver's own objective).
     pub penalty: f64,
+    /// The solver's relative primal-dual gap at the end: a certificate of how far from the
+    /// optimum `penalty` can be.
+    pub duality_gap: f64,
+    /// Interior-point iterations taken.
+    pub iterations: u32,
 }
 
 /// Why a solve failed.
@@ -162,8 +167,12 @@ pub fn solve(problem: &Problem) -> Result<Solution, SolveError> {
     let alloc: Vec<Vec<f64>> = (0..cells)
         .map(|c| (0..n).map(|r| x[a_var(c, r)].max(0.0)).collect())
         .collect();
+    let sol = &solver.solution;
+    let gap = (sol.obj_val - sol.obj_val_dual).abs() / sol.obj_val.abs().max(1e-9);
     Ok(Solution {
         penalty: problem.total_penalty(&alloc),
         alloc,
+        duality_gap: gap,
+        iterations: sol.iterations,
     })
 }

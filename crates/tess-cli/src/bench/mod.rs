@@ -12,6 +12,8 @@ mod isolation;
 mod music;
 mod mux;
 mod net;
+mod pacora;
+mod pota;
 mod record;
 mod reserve;
 mod rtapp;
@@ -89,6 +91,12 @@ enum Which {
     /// What a heartbeat costs the program that beats (issue 14, seed 004 section 5.1): a beat
     /// into shared memory beside a vDSO clock read and the cheapest system call.
     Heartbeat(Common),
+    /// PACORA (seed 004 section 5.3): time to fit a response-time model and to solve the
+    /// allocation of 12 cells x 3 resources exactly (Clarabel SOCP), and the optimality gap.
+    Pacora(Common),
+    /// POTA keeps x264 at 30 fps with less CPU than a static allocation (seed 004 section 6.1,
+    /// Fig. 6): mean share vs static, windows on target, rate and share over time (--svg).
+    Pota(pota::PotaArgs),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -163,6 +171,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
         Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
+        Which::Pacora(c) => (c.clone(), pacora::run(&c)?),
+        Which::Pota(a) => (a.common.clone(), pota::run(&a)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())
