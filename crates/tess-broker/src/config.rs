@@ -94,7 +94,12 @@ impl Config {
         if c.period < Duration::from_millis(100) {
             anyhow::bail!("period {:?} is shorter than 100ms", c.period);
         }
-        for name in c.cells.keys() {
+        for (name, l) in &c.cells {
+            if let (Some(f), Some(ce)) = (l.floor, l.ceiling) {
+                if f > ce {
+                    anyhow::bail!("cell {name}: floor {f} is above the ceiling {ce}");
+                }
+            }
             c.controller(name, 1)
                 .validate()
                 .map_err(|e| anyhow::anyhow!("cell {name}: {e}"))?;
