@@ -1,6 +1,7 @@
 //! `tess`: the command-line interface to tessd.
 
 mod bench;
+mod broker;
 mod cmd;
 mod net;
 mod output;
@@ -53,6 +54,9 @@ enum Command {
     /// The network service: flows, reservations and achieved rates.
     #[command(subcommand)]
     Net(net::NetCmd),
+    /// The Resource Allocation Broker (tess-broker): targets, rates, shares and decisions.
+    #[command(subcommand)]
+    Broker(broker::BrokerCmd),
     /// Run a benchmark and print its figures (table, or one JSON object with --json); list the
     /// benchmarks; write the benchmark record (docs/benchmarks.md) from a run set.
     Bench(bench::BenchArgs),
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::Ns(n) => cmd::ns::run(n),
         Command::Logs(a) => cmd::logs::run(a),
         Command::Net(n) => net::run(n),
+        Command::Broker(b) => broker::run(b),
         Command::Bench(b) => bench::run(b),
         Command::Work(w) => bench::work::run(w),
     };

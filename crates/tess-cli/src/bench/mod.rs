@@ -9,10 +9,13 @@
 
 mod daemon;
 mod graph;
+mod heartbeat;
 mod isolation;
 mod music;
 mod mux;
 mod net;
+mod pacora;
+mod pota;
 mod record;
 mod reserve;
 mod rtapp;
@@ -100,6 +103,15 @@ enum Which {
     /// vs 1 (global queue and work stealing), a deep chain, per-block scheduling overhead, and
     /// real-time voices on one hart against Pd 0.53 itself (`pd -batch`).
     Graph(graph::GraphArgs),
+    /// What a heartbeat costs the program that beats (issue 14, seed 004 section 5.1): a beat
+    /// into shared memory beside a vDSO clock read and the cheapest system call.
+    Heartbeat(Common),
+    /// PACORA (seed 004 section 5.3): time to fit a response-time model and to solve the
+    /// allocation of 12 cells x 3 resources exactly (Clarabel SOCP), and the optimality gap.
+    Pacora(Common),
+    /// POTA keeps x264 at 30 fps with less CPU than a static allocation (seed 004 section 6.1,
+    /// Fig. 6): mean share vs static, windows on target, rate and share over time (--svg).
+    Pota(pota::PotaArgs),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -183,6 +195,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
             (c.clone(), r)
         }
         Which::Graph(a) => (a.common.clone(), graph::run(&a)?),
+        Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
+        Which::Pacora(c) => (c.clone(), pacora::run(&c)?),
+        Which::Pota(a) => (a.common.clone(), pota::run(&a)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod cell;
+pub mod heartbeat_pipe;
 pub mod logs;
 pub mod ns;
 pub mod quota;

@@ -52,6 +52,18 @@ pub struct RunArgs {
     /// drops lines rather than ever blocking the program. Needs `tess-console` running.
     #[arg(long)]
     pub console: bool,
+    /// Give an unmodified program a heartbeat: pass this command's standard input to the
+    /// program through a pipe and beat once per FRAME_BYTES bytes the program takes (e.g.
+    /// 221184 for 512x288 raw yuv420p frames). See docs/broker.md.
+    #[arg(long, value_name = "FRAME_BYTES", conflicts_with = "console")]
+    pub heartbeat_pipe: Option<u64>,
+    /// With --heartbeat-pipe: the heartbeat's name (default: the cell's name).
+    #[arg(long, value_name = "NAME", requires = "heartbeat_pipe")]
+    pub heartbeat_name: Option<String>,
+    /// With --heartbeat-pipe: the performance target, a rate (`30/s`) or a time per frame
+    /// (`33ms`).
+    #[arg(long, value_name = "TARGET", requires = "heartbeat_pipe")]
+    pub heartbeat_target: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -104,6 +116,24 @@ pub fn run(a: RunArgs) -> anyhow::Result<i32> {
     }
     if a.console {
         return run_with_console(&a.command);
+    }
+    if let Some(frame_bytes) = a.heartbeat_pipe {
+        let cell = match &body {
+            Body::Cell(c) => c.name.clone(),
+            Body::Applied(r) => r.cells.first().map(|c| c.name.clone()).unwrap_or_default(),
+            _ => String::new(),
+        };
+        let target = match a
+            .heartbeat_target
+            .as_deref()
+            .map(super::heartbeat_pipe::parse_target)
+        {
+            None => None,
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => return usage(format!("--heartbeat-target: {e}")),
+        };
+        let name = a.heartbeat_name.clone().unwrap_or(cell);
+        return super::heartbeat_pipe::run(&a.command, frame_bytes, &name, target);
     }
     let err = std::process::Command::new(&a.command[0])
         .args(&a.command[1..])

@@ -1,0 +1,146 @@
+//! The broker's configuration (`tess-broker --config FILE`, TOML): the decision period, the
+//! controller's pole, and per cell its floor and ceiling.
+//!
+//! ```toml
+//! period = "1s"          # decision period (default 1s)
+//! pole = 0.5             # POTA pole p in (0, 1) (default 0.5)
+//! min-step = 0.01        # hysteresis, harts (default 0.01)
+//!
+//! [cells.enc]
+//! floor = 0.05           # harts (default 0.05)
+//! ceiling = 1.0          # harts (default: 95% of the cell's harts)
+//! ```
+
+use crate::pota::PotaConfig;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Per-cell limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CellLimits {
+    /// Smallest share, harts.
+    pub floor: Option<f64>,
+    /// Largest share, harts.
+    pub ceiling: Option<f64>,
+    /// Pole for this cell.
+    pub pole: Option<f64>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Decision period.
+    pub period: Duration,
+    /// Default pole.
+    pub pole: f64,
+    /// Hysteresis, harts.
+    pub min_step: f64,
+    /// Per cell.
+    pub cells: BTreeMap<String, CellLimits>,
+}
+
+/// The file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawConfig {
+    period: Option<String>,
+    #[serde(default = "default_pole")]
+    pole: f64,
+    #[serde(default = "default_step")]
+    min_step: f64,
+    #[serde(default)]
+    cells: BTreeMap<String, CellLimits>,
+}
+
+fn default_period() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_pole() -> f64 {
+    0.5
+}
+fn default_step() -> f64 {
+    0.01
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            period: default_period(),
+            pole: default_pole(),
+            min_step: default_step(),
+            cells: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses and checks a configuration.
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        let raw: RawConfig = toml::from_str(text)?;
+        let period = match &raw.period {
+            Some(p) => {
+                tess_core::units::parse_duration(p).map_err(|e| anyhow::anyhow!("period: {e}"))?
+            }
+            None => default_period(),
+        };
+        let c = Config {
+            period,
+            pole: raw.pole,
+            min_step: raw.min_step,
+            cells: raw.cells,
+        };
+        if c.period < Duration::from_millis(100) {
+            anyhow::bail!("period {:?} is shorter than 100ms", c.period);
+        }
+        for (name, l) in &c.cells {
+            if let (Some(f), Some(ce)) = (l.floor, l.ceiling) {
+                if f > ce {
+                    anyhow::bail!("cell {name}: floor {f} is above the ceiling {ce}");
+                }
+            }
+            c.controller(name, 1)
+                .validate()
+                .map_err(|e| anyhow::anyhow!("cell {name}: {e}"))?;
+        }
+        c.controller("", 1)
+            .validate()
+            .map_err(|e| anyhow::anyhow!(e))?;
+        Ok(c)
+    }
+
+    /// The controller settings for `cell` with `harts` harts.
+    pub fn controller(&self, cell: &str, harts: usize) -> PotaConfig {
+        let l = self.cells.get(cell).copied().unwrap_or_default();
+        let ceiling = l
+            .ceiling
+            .unwrap_or(harts.max(1) as f64 * crate::share::MAX_FRACTION);
+        PotaConfig {
+            pole: l.pole.unwrap_or(self.pole),
+            floor: l.floor.unwrap_or(0.05).min(ceiling),
+            ceiling,
+            min_step: self.min_step,
+            forgetting: 0.9,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_parses_with_defaults_and_refuses_nonsense() {
+        let c = Config::parse("[cells.enc]\nfloor = 0.1\nceiling = 0.8\n").unwrap();
+        assert_eq!(c.period, Duration::from_secs(1));
+        let p = c.controller("enc", 2);
+        assert_eq!((p.floor, p.ceiling, p.pole), (0.1, 0.8, 0.5));
+        let p = c.controller("other", 2);
+        assert_eq!((p.floor, p.ceiling), (0.05, 1.9));
+        assert!(Config::parse("pole = 1.5").is_err());
+        assert!(Config::parse("period = \"10ms\"").is_err());
+        assert!(Config::parse("[cells.x]\nfloor = 2.0\nceiling = 1.0").is_err());
+        assert!(Config::parse("bogus = 1").is_err());
+    }
+}

@@ -1,0 +1,378 @@
+//! The broker's service loop (seed 004 section 5.1): accept heartbeats, measure each cell's
+//! rate every decision period, ask its POTA controller for a share, apply it through a tessd
+//! transaction.
+//!
+//! What it never does, whatever a cell writes into its heartbeat:
+//! - change a pinned cell, or a dedicated or best-effort one (reported as the reason);
+//! - go outside a cell's floor and ceiling (the controller clamps);
+//! - decide more often than once per decision period per cell (a heartbeat flood only makes a
+//!   high rate, read in bounded time: one ring);
+//! - grant what tessd's admission control refuses: a refused change leaves the last good
+//!   allocation in force, and the controller continues from it.
+//!
+//! Its state lives in tessd (the cells' windows and budgets) and in the cells' heartbeats, which
+//! re-register when the broker restarts; the models are re-learned within a few periods.
+
+use crate::config::Config;
+use crate::pota::{Decision, Pota, Reason};
+use crate::share;
+use crate::status::{BrokerStatus, CellStatus, DecisionRecord, KEEP_DECISIONS};
+use std::collections::VecDeque;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tess_heartbeat::clock::now_ns;
+use tess_heartbeat::register::{Incoming, Listener};
+use tess_heartbeat::HeartbeatReader;
+use tess_proto::{Body, CellInfo, Client, Request};
+
+/// Most heartbeats the broker reads at once (more registrations are refused).
+pub const MAX_HEARTBEATS: usize = 64;
+
+/// How the broker reaches tessd.
+pub trait Cells {
+    /// The cell in its current state.
+    fn show(&mut self, name: &str) -> anyhow::Result<CellInfo>;
+    /// The cell a process runs in.
+    fn cell_of(&mut self, pid: i32) -> anyhow::Result<Option<String>>;
+    /// One transaction changing the cell's window or budget.
+    fn update(&mut self, name: &str, update: tess_proto::CellUpdate) -> anyhow::Result<()>;
+}
+
+/// [`Cells`] through tessd's socket.
+#[derive(Debug)]
+pub struct Tessd {
+    client: Option<Client>,
+}
+
+impl Tessd {
+    /// Connects lazily (and again after tessd restarts).
+    pub fn new() -> Tessd {
+        Tessd { client: None }
+    }
+
+    fn call(&mut self, req: &Request) -> anyhow::Result<Body> {
+        if self.client.is_none() {
+            self.client = Some(Client::connect_default()?);
+        }
+        let c = self.client.as_mut().expect("just connected");
+        match c.call(req) {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                if !matches!(e, tess_proto::ApiError::Daemon { .. }) {
+                    self.client = None;
+                }
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl Default for Tessd {
+    fn default() -> Self {
+        Tessd::new()
+    }
+}
+
+impl Cells for Tessd {
+    fn show(&mut self, name: &str) -> anyhow::Result<CellInfo> {
+        match self.call(&Request::ShowCell { name: name.into() })? {
+            Body::Cell(c) => Ok(*c),
+            other => anyhow::bail!("unexpected reply {other:?}"),
+        }
+    }
+
+    fn cell_of(&mut self, pid: i32) -> anyhow::Result<Option<String>> {
+        match self.call(&Request::ListCells)? {
+            Body::Cells { cells } => Ok(cells
+                .into_iter()
+                .find(|c| c.processes.contains(&pid))
+                .map(|c| c.name)),
+            other => anyhow::bail!("unexpected reply {other:?}"),
+        }
+    }
+
+    fn update(&mut self, name: &str, update: tess_proto::CellUpdate) -> anyhow::Result<()> {
+        self.call(&Request::UpdateCell {
+            name: name.into(),
+            update,
+        })?;
+        Ok(())
+    }
+}
+
+/// One heartbeat the broker reads.
+#[derive(Debug)]
+struct Brokered {
+    cell: String,
+    pid: i32,
+    conn: UnixStream,
+    reader: HeartbeatReader,
+    pota: Option<Pota>,
+    last_decision_ns: u64,
+    status: CellStatus,
+    decisions: VecDeque<DecisionRecord>,
+}
+
+/// The broker.
+#[derive(Debug)]
+pub struct Broker<C: Cells> {
+    config: Config,
+    cells: C,
+    brokered: Vec<Brokered>,
+    refused: VecDeque<String>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl<C: Cells> Broker<C> {
+    /// A broker with no heartbeats yet.
+    pub fn new(config: Config, cells: C) -> Broker<C> {
+        Broker {
+            config,
+            cells,
+            brokered: Vec::new(),
+            refused: VecDeque::new(),
+        }
+    }
+
+    fn refuse(&mut self, conn: &UnixStream, why: String) {
+        Incoming::refuse(conn, &why);
+        if self.refused.len() >= KEEP_DECISIONS {
+            self.refused.pop_front();
+        }
+        self.refused.push_back(why);
+    }
+
+    /// Takes one registration: finds the cell of the registering process, refuses what cannot be
+    /// brokered.
+    pub fn admit(&mut self, inc: Incoming) {
+        if self.brokered.len() >= MAX_HEARTBEATS {
+            return self.refuse(
+                &inc.conn,
+                format!("the broker reads {MAX_HEARTBEATS} heartbeats already"),
+            );
+        }
+        let cell = match self.cells.cell_of(inc.pid) {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                return self.refuse(&inc.conn, format!("process {} runs in no cell", inc.pid))
+            }
+            Err(e) => return self.refuse(&inc.conn, format!("cannot ask tessd: {e:#}")),
+        };
+        if let Some(b) = self.brokered.iter().find(|b| b.cell == cell) {
+            let why = format!(
+                "cell '{cell}' already has heartbeat '{}'",
+                b.status.heartbeat
+            );
+            return self.refuse(&inc.conn, why);
+        }
+        let reader = match HeartbeatReader::open(inc.fd) {
+            Ok(r) => r,
+            Err(e) => return self.refuse(&inc.conn, format!("from pid {}: {e}", inc.pid)),
+        };
+        if reader.name() != inc.hello.name {
+            return self.refuse(
+                &inc.conn,
+                "the name in the region differs from the registration".into(),
+            );
+        }
+        Incoming::accept(&inc.conn);
+        let _ = inc.conn.set_nonblocking(true);
+        self.brokered.push(Brokered {
+            status: CellStatus {
+                cell: cell.clone(),
+                heartbeat: reader.name().to_string(),
+                pid: inc.pid,
+                ..Default::default()
+            },
+            cell,
+            pid: inc.pid,
+            conn: inc.conn,
+            reader,
+            pota: None,
+            last_decision_ns: now_ns(),
+            decisions: VecDeque::new(),
+        });
+    }
+
+    /// Drops heartbeats whose process hung up.
+    pub fn reap(&mut self) {
+        self.brokered.retain(|b| {
+            use std::io::Read;
+            let mut buf = [0u8; 16];
+            !matches!((&b.conn).read(&mut buf), Ok(0))
+        });
+    }
+
+    /// Runs the decisions that are due. Returns whether any ran.
+    pub fn decide_due(&mut self) -> bool {
+        let now = now_ns();
+        let period = self.config.period.as_nanos() as u64;
+        let mut any = false;
+        for i in 0..self.brokered.len() {
+            if now.saturating_sub(self.brokered[i].last_decision_ns) >= period {
+                self.decide(i, now);
+                any = true;
+            }
+        }
+        any
+    }
+
+    fn decide(&mut self, i: usize, now: u64) {
+        let b = &mut self.brokered[i];
+        let elapsed_s = (now - b.last_decision_ns) as f64 / 1e9;
+        b.last_decision_ns = now;
+        let reading = b.reader.read_new(now);
+        let rate = reading.new_count as f64 / elapsed_s;
+        let a = &mut b.status.anomalies;
+        a.unreadable += reading.unreadable;
+        a.bad_timestamps += reading.bad_timestamps;
+        a.count_went_back += reading.count_went_back as u64;
+        a.bad_target += reading.bad_target as u64;
+        b.status.beats = reading.count;
+        b.status.measured_rate = rate;
+        b.status.target_rate = reading.target_ns.map(|ns| 1e9 / ns as f64);
+        let record = |b: &mut Brokered, from: f64, to: f64, reason: &str, note: String| {
+            if b.decisions.len() >= KEEP_DECISIONS {
+                b.decisions.pop_front();
+            }
+            b.decisions.push_back(DecisionRecord {
+                at_unix_ms: unix_ms(),
+                rate,
+                from,
+                to,
+                reason: reason.into(),
+                note,
+            });
+        };
+        let info = match self.cells.show(&b.cell) {
+            Ok(c) => c,
+            Err(e) => {
+                let s = b.status.share;
+                return record(b, s, s, "tessd-unreachable", format!("{e:#}"));
+            }
+        };
+        let harts = info.harts.len();
+        let Some(current) = share::share_of(&info.policy, harts) else {
+            let s = b.status.share;
+            let why = format!("a {} cell is not brokered", info.policy.describe());
+            return record(b, s, s, "not-brokered", why);
+        };
+        b.status.share = current;
+        let cfg = self.config.controller(&b.cell, harts);
+        b.status.floor = cfg.floor;
+        b.status.ceiling = cfg.ceiling;
+        if info.pinned {
+            return record(b, current, current, "pinned", String::new());
+        }
+        let Some(target) = b.status.target_rate else {
+            return record(b, current, current, "no-target", String::new());
+        };
+        let pota = b
+            .pota
+            .get_or_insert_with(|| Pota::new(cfg, target, current));
+        pota.set_target(target);
+        // Someone else (or a refused change) set the share: continue from what is in force.
+        if (pota.share() - current).abs() > 1e-6 {
+            pota.force_share(current);
+        }
+        let d: Decision = pota.step(rate);
+        let [ma, mb] = pota.model();
+        b.status.model_a = ma;
+        b.status.model_b = mb;
+        let reason = DecisionRecord::reason_name(d.reason);
+        if !d.changed || d.reason == Reason::BadMeasurement {
+            return record(
+                b,
+                current,
+                current,
+                &reason,
+                format!("wanted {:.3}", d.wanted),
+            );
+        }
+        let update = share::update_for(&info.policy, harts, d.share).expect("brokered policy");
+        match self.cells.update(&b.cell, update) {
+            Ok(()) => {
+                b.status.share = d.share;
+                record(
+                    b,
+                    current,
+                    d.share,
+                    &reason,
+                    format!("wanted {:.3}", d.wanted),
+                );
+            }
+            Err(e) => {
+                // Admission refused (or tessd failed): the last good allocation stays.
+                if let Some(p) = b.pota.as_mut() {
+                    p.force_share(current);
+                }
+                record(
+                    b,
+                    current,
+                    current,
+                    "refused",
+                    format!("{reason} to {:.3}: {e:#}", d.share),
+                );
+            }
+        }
+    }
+
+    /// The status to report.
+    pub fn status(&self) -> BrokerStatus {
+        BrokerStatus {
+            pid: std::process::id(),
+            written_unix_ms: unix_ms(),
+            period_ms: self.config.period.as_millis() as u64,
+            refused: self.refused.iter().cloned().collect(),
+            cells: self
+                .brokered
+                .iter()
+                .map(|b| CellStatus {
+                    decisions: b.decisions.iter().cloned().collect(),
+                    pid: b.pid,
+                    ..b.status.clone()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Runs the broker until killed: accepts on `listener`, decides every period, writes the
+/// status file after every round.
+pub fn serve<C: Cells>(
+    mut broker: Broker<C>,
+    listener: &Listener,
+    status_path: &std::path::Path,
+) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let _ = crate::status::write(status_path, &broker.status());
+    loop {
+        loop {
+            match listener.accept() {
+                Ok(Some(inc)) => broker.admit(inc),
+                Ok(None) => break,
+                Err(e) => {
+                    // A malformed registration was answered already; note it and go on.
+                    let why = format!("{e}");
+                    if broker.refused.len() >= KEEP_DECISIONS {
+                        broker.refused.pop_front();
+                    }
+                    broker.refused.push_back(why);
+                }
+            }
+        }
+        broker.reap();
+        if broker.decide_due() {
+            if let Err(e) = crate::status::write(status_path, &broker.status()) {
+                eprintln!("tess-broker: writing {}: {e}", status_path.display());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

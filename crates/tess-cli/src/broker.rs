@@ -1,0 +1,91 @@
+//! `tess broker`: what the Resource Allocation Broker (`tess-broker`) is doing and why.
+
+use clap::{Args, Subcommand};
+use tess_bench::Table;
+use tess_broker::status;
+
+/// `tess broker` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BrokerCmd {
+    /// Per brokered cell: its target, measured rate, share in force, floor and ceiling, model
+    /// parameters, bad input seen, and the last decisions with their reasons.
+    Status(StatusArgs),
+}
+
+/// `tess broker status`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Reasons: raise/lower (below/above target), hold (change under the hysteresis step),\nat-ceiling/at-floor (clamped), learning (first period), pinned, no-target, not-brokered\n(dedicated or best-effort), refused (tessd's admission said no: the last good allocation\nstays), tessd-unreachable, bad-measurement. See docs/broker.md."
+)]
+pub struct StatusArgs {
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Status file (default $TESS_BROKER_STATUS or /run/tess/broker-status.json).
+    #[arg(long, value_name = "PATH")]
+    file: Option<std::path::PathBuf>,
+}
+
+/// Runs a `tess broker` command.
+pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
+    match c {
+        BrokerCmd::Status(a) => {
+            let path = a.file.unwrap_or_else(status::status_path);
+            let s = status::read(&path)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+                return Ok(0);
+            }
+            let mut t = Table::new(
+                format!("broker pid {}, decision period {} ms", s.pid, s.period_ms),
+                &[
+                    "cell",
+                    "heartbeat",
+                    "target/s",
+                    "rate/s",
+                    "share",
+                    "floor",
+                    "ceiling",
+                    "a",
+                    "b",
+                    "last decision",
+                ],
+            );
+            for c in &s.cells {
+                let last = c
+                    .decisions
+                    .last()
+                    .map(|d| format!("{} {:.3}->{:.3} {}", d.reason, d.from, d.to, d.note))
+                    .unwrap_or_default();
+                t.row(&[
+                    c.cell.clone(),
+                    c.heartbeat.clone(),
+                    c.target_rate
+                        .map(|r| format!("{r:.2}"))
+                        .unwrap_or("-".into()),
+                    format!("{:.2}", c.measured_rate),
+                    format!("{:.3}", c.share),
+                    format!("{:.3}", c.floor),
+                    format!("{:.3}", c.ceiling),
+                    format!("{:.3}", c.model_a),
+                    format!("{:.1}", c.model_b),
+                    last,
+                ]);
+            }
+            print!("{}", t.render());
+            for c in &s.cells {
+                let a = &c.anomalies;
+                if a.unreadable + a.bad_timestamps + a.count_went_back + a.bad_target > 0 {
+                    println!(
+                        "  {}: bad input: {} unreadable beats, {} forged timestamps, count went back {} times, invalid target {} times",
+                        c.cell, a.unreadable, a.bad_timestamps, a.count_went_back, a.bad_target
+                    );
+                }
+            }
+            for r in &s.refused {
+                println!("  refused registration: {r}");
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The broker closes the loop through tessd (issue 14): a program in a reserved cell beats
+//! through `tess run --heartbeat-pipe`, `tess-broker` reads the beats and changes the cell's
+//! budget with tessd transactions; a pinned cell is never changed; `tess broker status` says
+//! what happened and why. Run as root; starts a private tessd.
+
+mod common;
+
+use common::{outcome, Daemon};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Vec<Child>);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn budget_ns(d: &Daemon, cell: &str) -> u64 {
+    let v = d.json(&["cell", "show", cell]);
+    v["policy"]["budget"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no budget in {v}"))
+}
+
+/// Starts `yes | tess run --cell CELL --heartbeat-pipe 65536 ... -- cat > /dev/null`: the
+/// rate is what the cell's CPU lets `cat` and the pump move.
+fn feeder(d: &Daemon, cell: &str, target: &str, sock: &std::path::Path) -> Vec<Child> {
+    let mut yes = Command::new("yes").stdout(Stdio::piped()).spawn().unwrap();
+    let stdin = yes.stdout.take().unwrap();
+    let run = Command::new(common::tess_bin())
+        .args([
+            "run",
+            "--cell",
+            cell,
+            "--heartbeat-pipe",
+            "65536",
+            "--heartbeat-target",
+            target,
+            "--",
+            "cat",
+        ])
+        .env("TESS_SOCKET", &d.socket)
+        .env("TESS_BROKER_SOCKET", sock)
+        .stdin(stdin)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    vec![run, yes]
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
+    let d = Daemon::start();
+    for (cell, pinned) in [("enc", false), ("fixed", true)] {
+        let mut args = vec![
+            "cell",
+            "create",
+            cell,
+            "--policy",
+            "event-triggered",
+            "--period",
+            "10ms",
+            "--budget",
+            "3ms",
+            "--hart-ids",
+            "1",
+        ];
+        if pinned {
+            args.push("--pinned");
+        }
+        let o = d.tess(&args);
+        assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("broker.sock");
+    let status = dir.path().join("status.json");
+    let config = dir.path().join("broker.toml");
+    std::fs::write(
+        &config,
+        "period = \"300ms\"\n[cells.enc]\nfloor = 0.02\nceiling = 0.5\n",
+    )
+    .unwrap();
+    let broker = Command::new(tess_testkit::built("tess-broker"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--status")
+        .arg(&status)
+        .env("TESS_SOCKET", &d.socket)
+        .spawn()
+        .unwrap();
+    let mut kill = Kill(vec![broker]);
+    // A target of 1 frame per second: far below what 3 ms per 10 ms moves, so the broker must
+    // take budget away, down to the floor.
+    kill.0.extend(feeder(&d, "enc", "1/s", &sock));
+    kill.0.extend(feeder(&d, "fixed", "1/s", &sock));
+    let t0 = Instant::now();
+    let initial = 3_000_000;
+    loop {
+        let enc = budget_ns(&d, "enc");
+        if enc < initial / 2 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the broker did not lower the budget (still {enc} ns); status: {}",
+            std::fs::read_to_string(&status).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(budget_ns(&d, "fixed"), initial, "a pinned cell changed");
+    let o = Command::new(common::tess_bin())
+        .args(["broker", "status", "--json", "--file"])
+        .arg(&status)
+        .output()
+        .unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cells = s["cells"].as_array().unwrap();
+    let find = |name: &str| {
+        cells
+            .iter()
+            .find(|c| c["cell"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {s}"))
+    };
+    let enc = find("enc");
+    assert_eq!(enc["target_rate"].as_f64(), Some(1.0));
+    assert!(enc["beats"].as_u64().unwrap() > 0);
+    assert!(enc["measured_rate"].as_f64().unwrap() > 1.0);
+    let fixed = find("fixed");
+    let reasons: Vec<&str> = fixed["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        !reasons.is_empty() && reasons.iter().all(|r| *r == "pinned"),
+        "{reasons:?}"
+    );
+    let text = Command::new(common::tess_bin())
+        .args(["broker", "status", "--file"])
+        .arg(&status)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("enc") && text.contains("fixed"), "{text}");
+}
