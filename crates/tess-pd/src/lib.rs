@@ -21,6 +21,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod atom;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod engine;
 pub mod graph;

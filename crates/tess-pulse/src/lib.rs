@@ -68,6 +68,7 @@
 
 mod adapt;
 mod arch;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod clock;
 pub mod edf;
