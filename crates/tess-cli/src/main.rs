@@ -42,6 +42,9 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Show the daemon, the harts and their load.
     Status(cmd::status::StatusArgs),
+    /// Watch cells keep their guarantees live: CPU granted vs used, waits, preemption and
+    /// throttling per cell, busy and admission headroom per hart (`--once --json` for scripts).
+    Top(cmd::top::TopArgs),
     /// Per-user quotas (root sets them; users see their own).
     #[command(subcommand)]
     Quota(cmd::quota::QuotaCmd),
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Apply(a) => cmd::apply::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Top(a) => cmd::top::run(a),
         Command::Quota(q) => cmd::quota::run(q),
         Command::Ns(n) => cmd::ns::run(n),
         Command::Logs(a) => cmd::logs::run(a),

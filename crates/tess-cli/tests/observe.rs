@@ -158,3 +158,55 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn top_once_json_reports_grants_use_and_headroom() {
+    let d = Daemon::start();
+    let mut reaper = Reaper::default();
+    cells_with_work(&d, &mut reaper);
+    std::thread::sleep(Duration::from_millis(300));
+    let v = d.json(&["top", "--once", "--interval", "500ms", "--sort", "used"]);
+    assert!(v["interval_s"].as_f64().unwrap() >= 0.5, "{v}");
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{v}");
+    // Sorted by CPU used: the busy loop first.
+    assert_eq!(cells[0]["name"], "synth", "{v}");
+    assert_eq!(cells[0]["granted_harts"], 0.2);
+    let used = cells[0]["used_harts"].as_f64().unwrap();
+    // A busy loop alone would take the whole hart; the reservation holds it near 2 ms / 10 ms.
+    assert!(used > 0.0 && used < 0.5, "synth used {used} harts: {v}");
+    assert_eq!(cells[1]["memory_limit_bytes"], 256u64 << 20);
+    let hart1 = v["harts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["hart"] == 1)
+        .unwrap();
+    let headroom = hart1["headroom"].as_f64().unwrap();
+    assert!((headroom - 0.75).abs() < 0.01, "hart 1: {hart1}");
+
+    // The filter keeps matching cells; the text screen fits 80x24.
+    let v = d.json(&["top", "--once", "--interval", "100ms", "--filter", "bat"]);
+    assert_eq!(v["cells"].as_array().unwrap().len(), 1, "{v}");
+    let o = d.tess(&["top", "--once", "--screen", "--interval", "200ms"]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let screen = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(screen.lines().count(), 24, "{screen}");
+    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    assert!(
+        screen.contains("synth") && screen.contains("batch"),
+        "{screen}"
+    );
+    // docs/observability.md shows this screen.
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("tess-top-80x24.txt"), &screen).unwrap();
+    // Without a terminal the UI refuses with a usage error that names --once.
+    let o = d.tess(&["top"]);
+    assert_eq!(outcome(&o).0, 2);
+    assert!(outcome(&o).1.contains("--once"), "{}", outcome(&o).1);
+    // Bad intervals are refused by name.
+    let o = d.tess(&["top", "--once", "--interval", "5s"]);
+    assert_eq!(outcome(&o).0, 2);
+}

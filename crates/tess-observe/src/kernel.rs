@@ -6,7 +6,7 @@
 //!
 //! | what | file | unit in the file |
 //! |---|---|---|
-//! | CPU time of a thread | `/proc/<tid>/schedstat`, field 1 | ns |
+//! | CPU time, run-queue wait, timeslices of a thread | `/proc/<tid>/schedstat` | ns, ns, count |
 //! | involuntary switches of a thread | `/proc/<tid>/status`, `nonvoluntary_ctxt_switches` | count |
 //! | busy and steal time per hart | `/proc/stat`, `cpuN` lines | USER_HZ ticks |
 //! | CFS bandwidth throttling of a group | v1 `cpu.stat` (`throttled_time` ns), v2 `cpu.stat` (`throttled_usec`) | count, ns/us |
@@ -19,14 +19,31 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// CPU time a thread has run, from the first field of `/proc/<tid>/schedstat` (ns).
-pub fn parse_schedstat_ns(text: &str) -> Option<u64> {
-    text.split_whitespace().next()?.parse().ok()
+/// A thread's `/proc/<tid>/schedstat`: time on a CPU, time runnable but waiting for one, and
+/// how many times it was given a CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SchedStat {
+    /// Time on a CPU, ns.
+    pub run_ns: u64,
+    /// Time runnable in a run queue, waiting for a CPU, ns.
+    pub wait_ns: u64,
+    /// Times it was switched in.
+    pub timeslices: u64,
 }
 
-/// A thread's CPU time in nanoseconds (`None` once it has exited).
-pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    parse_schedstat_ns(&read(Path::new(&format!("/proc/{tid}/schedstat")))?)
+/// Parses `/proc/<tid>/schedstat` (`run_ns wait_ns timeslices`).
+pub fn parse_schedstat(text: &str) -> Option<SchedStat> {
+    let mut f = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some(SchedStat {
+        run_ns: f.next()??,
+        wait_ns: f.next()??,
+        timeslices: f.next()??,
+    })
+}
+
+/// A thread's scheduling statistics (`None` once it has exited).
+pub fn thread_schedstat(tid: i32) -> Option<SchedStat> {
+    parse_schedstat(&read(Path::new(&format!("/proc/{tid}/schedstat")))?)
 }
 
 /// `nonvoluntary_ctxt_switches` from `/proc/<tid>/status`.
@@ -203,9 +220,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedstat_gives_nanoseconds_on_cpu() {
-        assert_eq!(parse_schedstat_ns("123456789 4000 17\n"), Some(123_456_789));
-        assert_eq!(parse_schedstat_ns(""), None);
+    fn schedstat_gives_run_and_wait_nanoseconds() {
+        assert_eq!(
+            parse_schedstat("123456789 4000 17\n"),
+            Some(SchedStat {
+                run_ns: 123_456_789,
+                wait_ns: 4000,
+                timeslices: 17
+            })
+        );
+        assert_eq!(parse_schedstat(""), None);
     }
 
     #[test]
@@ -279,7 +303,8 @@ mod tests {
         let tid = unsafe { libc::gettid() };
         let spin = std::time::Instant::now();
         while spin.elapsed() < std::time::Duration::from_millis(2) {}
-        assert!(thread_cpu_ns(tid).unwrap() > 0);
+        let st = thread_schedstat(tid).unwrap();
+        assert!(st.run_ns > 0 && st.timeslices > 0, "{st:?}");
         assert!(thread_involuntary_switches(tid).is_some());
         assert!(!hart_times().is_empty());
     }

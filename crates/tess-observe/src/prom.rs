@@ -242,6 +242,18 @@ pub fn render(s: &Snapshot, tx: Option<&Transactions>) -> String {
         "CPU time the cell's live threads have run (/proc/TID/schedstat); drops when a thread exits",
         Some(Unit::Seconds),
     );
+    let wait = counter::<CellLabels>(
+        &mut r,
+        "cell_runqueue_wait",
+        "Time the cell's live threads spent runnable but waiting for a CPU (/proc/TID/schedstat)",
+        Some(Unit::Seconds),
+    );
+    let slices = counter::<CellLabels>(
+        &mut r,
+        "cell_timeslices",
+        "Times the cell's live threads were given a CPU: rate(wait) / rate(timeslices) is the mean wait per activation",
+        None,
+    );
     let switches = counter::<CellLabels>(
         &mut r,
         "cell_involuntary_switches",
@@ -294,6 +306,8 @@ pub fn render(s: &Snapshot, tx: Option<&Transactions>) -> String {
                 .set(1.0);
         }
         used.get_or_create(&l).inc_by(c.cpu_used_s);
+        wait.get_or_create(&l).inc_by(c.runqueue_wait_s);
+        slices.get_or_create(&l).inc_by(c.timeslices as f64);
         switches
             .get_or_create(&l)
             .inc_by(c.involuntary_switches as f64);
@@ -370,6 +384,8 @@ mod tests {
                 harts: vec![1],
                 granted_harts: 0.2,
                 cpu_used_s: 1.25,
+                runqueue_wait_s: 0.125,
+                timeslices: 40,
                 threads: 2,
                 processes: 1,
                 involuntary_switches: 9,

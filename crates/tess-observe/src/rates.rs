@@ -19,6 +19,9 @@ pub struct CellRate {
     pub granted_harts: f64,
     /// CPU used over the interval, hart-equivalents.
     pub used_harts: f64,
+    /// Mean time a thread waited for a CPU each time it was given one, over the interval, in
+    /// microseconds (`None` if it never ran).
+    pub wait_per_slice_us: Option<f64>,
     /// Involuntary switches per second.
     pub involuntary_switches_per_s: f64,
     /// CFS throttled periods in the interval (`None`: the cell has no CFS bandwidth group).
@@ -108,6 +111,13 @@ pub fn between(before: &Snapshot, now: &Snapshot) -> View {
                 harts: c.harts.clone(),
                 granted_harts: c.granted_harts,
                 used_harts: per_s(c.cpu_used_s, b.map_or(0.0, |b| b.cpu_used_s), dt),
+                wait_per_slice_us: {
+                    let slices = c
+                        .timeslices
+                        .saturating_sub(b.map_or(0, |b| b.timeslices.min(c.timeslices)));
+                    let wait = c.runqueue_wait_s - b.map_or(0.0, |b| b.runqueue_wait_s);
+                    (slices > 0 && wait >= 0.0).then(|| wait / slices as f64 * 1e6)
+                },
                 involuntary_switches_per_s: per_s(
                     c.involuntary_switches as f64,
                     b.map_or(0, |b| b.involuntary_switches) as f64,
@@ -160,6 +170,8 @@ mod tests {
                 harts: vec![0],
                 granted_harts: 0.5,
                 cpu_used_s: used,
+                runqueue_wait_s: used / 10.0,
+                timeslices: (used * 100.0) as u64,
                 threads: 1,
                 processes: 1,
                 involuntary_switches: 0,
@@ -180,6 +192,8 @@ mod tests {
         assert!((v.harts[0].busy - 0.5).abs() < 1e-12);
         assert!((v.cells[0].used_harts - 0.4).abs() < 1e-12);
         assert_eq!(v.cells[0].throttled_periods, Some(3));
+        // 0.08 s of waiting over 80 timeslices: 1 ms each.
+        assert!((v.cells[0].wait_per_slice_us.unwrap() - 1000.0).abs() < 1e-6);
     }
 
     #[test]

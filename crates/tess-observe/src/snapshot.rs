@@ -46,6 +46,10 @@ pub struct CellSample {
     pub granted_harts: f64,
     /// CPU seconds its live threads have run (counter; it drops when a thread exits).
     pub cpu_used_s: f64,
+    /// Seconds its live threads spent runnable but waiting for a CPU (counter).
+    pub runqueue_wait_s: f64,
+    /// Times its live threads were given a CPU (counter).
+    pub timeslices: u64,
     /// Threads in the cell (tessd's idle spinners excluded).
     pub threads: usize,
     /// Processes in the cell.
@@ -170,10 +174,14 @@ fn sample_cell(c: &CellInfo, mounts: &Mounts) -> CellSample {
     let cpuset = Path::new(&c.cgroup);
     let cpu_dir = mounts.sibling(cpuset, mounts.cpu.as_deref());
     let mem_dir = mounts.sibling(cpuset, mounts.memory.as_deref());
-    let mut cpu_ns = 0u64;
+    let mut st = kernel::SchedStat::default();
     let mut switches = 0u64;
     for t in &c.threads {
-        cpu_ns += kernel::thread_cpu_ns(t.tid).unwrap_or(0);
+        if let Some(s) = kernel::thread_schedstat(t.tid) {
+            st.run_ns += s.run_ns;
+            st.wait_ns += s.wait_ns;
+            st.timeslices += s.timeslices;
+        }
         switches += kernel::thread_involuntary_switches(t.tid).unwrap_or(0);
     }
     // Dedicated cells stay in the cpu root on v1 (see tess-cgroup's v1 layout): the root's
@@ -186,7 +194,9 @@ fn sample_cell(c: &CellInfo, mounts: &Mounts) -> CellSample {
         policy: c.policy.name().to_string(),
         harts: c.harts.iter().collect(),
         granted_harts: granted_harts(&c.policy, c.harts.len()),
-        cpu_used_s: cpu_ns as f64 / 1e9,
+        cpu_used_s: st.run_ns as f64 / 1e9,
+        runqueue_wait_s: st.wait_ns as f64 / 1e9,
+        timeslices: st.timeslices,
         threads: c.threads.len(),
         processes: c.processes.len(),
         involuntary_switches: switches,

@@ -7,6 +7,7 @@ pub mod ns;
 pub mod quota;
 pub mod run;
 pub mod status;
+pub mod top;
 
 use tess_proto::{ApiError, Body, Client, Request};
 
