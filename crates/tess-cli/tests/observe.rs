@@ -210,3 +210,64 @@ fn top_once_json_reports_grants_use_and_headroom() {
     let o = d.tess(&["top", "--once", "--interval", "5s"]);
     assert_eq!(outcome(&o).0, 2);
 }
+
+#[test]
+#[ignore = "needs root: tracefs and a private tessd on the real kernel"]
+fn trace_writes_chrome_json_with_cells_slices_and_throttles() {
+    let d = Daemon::start();
+    let mut reaper = Reaper::default();
+    cells_with_work(&d, &mut reaper);
+    std::thread::sleep(Duration::from_millis(200));
+    let out = d.dir.path().join("trace.json");
+    let s = d.json(&[
+        "trace",
+        "--seconds",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--buffer-kb",
+        "4096",
+    ]);
+    let sum = &s["summary"];
+    assert!(sum["switches"].as_u64().unwrap() > 0, "{s}");
+    // The busy loop under 2 ms / 10 ms runs about 100 slices a second and is throttled at the
+    // end of most of them.
+    let synth = &sum["cells"]["synth"];
+    assert!(synth["slices"].as_u64().unwrap_or(0) > 10, "{s}");
+    assert!(synth["throttles"].as_u64().unwrap_or(0) > 10, "{s}");
+
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().expect("traceEvents array");
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["args"]["name"] == "cell synth"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["args"]["name"] == "harts"));
+    // The Trace Event Format's required fields, with the types viewers expect.
+    for e in events {
+        let ph = e["ph"].as_str().expect("ph");
+        assert!(e["pid"].is_u64() && e["tid"].is_number(), "{e}");
+        match ph {
+            "X" => {
+                assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(e["name"].is_string(), "{e}");
+            }
+            "i" => assert!(e["ts"].is_number() && e["s"] == "t", "{e}"),
+            "M" => assert!(e["args"]["name"].is_string(), "{e}"),
+            other => panic!("unexpected phase {other}: {e}"),
+        }
+    }
+    // Our tracefs instance is gone.
+    let left: Vec<_> = std::fs::read_dir("/sys/kernel/tracing/instances")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tess-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Bad input is refused by name.
+    let o = d.tess(&["trace", "--seconds", "0", "--out", out.to_str().unwrap()]);
+    assert_eq!(outcome(&o).0, 2, "{}", outcome(&o).1);
+}

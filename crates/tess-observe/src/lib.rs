@@ -5,6 +5,7 @@
 //! - [`snapshot`]: one look at the machine: tessd's grants (`status`, `list-cells`) beside the
 //!   kernel's counters; [`rates`] turns two snapshots into shares of a hart.
 //! - [`prom`]: the Prometheus (OpenMetrics) exposition served by `tessd --metrics-listen`.
+//! - [`trace`]: `sched_switch` from tracefs as a Chrome / Perfetto trace, by cell.
 //!
 //! Nothing here runs on a real-time path: a snapshot costs two API calls and a few small file
 //! reads per thread, taken only when someone looks.
@@ -14,5 +15,6 @@ pub mod kernel;
 pub mod prom;
 pub mod rates;
 pub mod snapshot;
+pub mod trace;
 
 pub use snapshot::{CellSample, HartSample, Snapshot};

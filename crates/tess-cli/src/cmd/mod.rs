@@ -8,6 +8,7 @@ pub mod quota;
 pub mod run;
 pub mod status;
 pub mod top;
+pub mod trace;
 
 use tess_proto::{ApiError, Body, Client, Request};
 
