@@ -47,6 +47,8 @@ enum Command {
     Top(cmd::top::TopArgs),
     /// Record which cell ran on which hart, and throttling, as a Chrome / Perfetto trace.
     Trace(cmd::trace::TraceArgs),
+    /// Serve a live, read-only dashboard of cells and harts on localhost.
+    Web(cmd::web::WebArgs),
     /// Per-user quotas (root sets them; users see their own).
     #[command(subcommand)]
     Quota(cmd::quota::QuotaCmd),
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Trace(a) => cmd::trace::run(a),
+        Command::Web(a) => cmd::web::run(a),
         Command::Quota(q) => cmd::quota::run(q),
         Command::Ns(n) => cmd::ns::run(n),
         Command::Logs(a) => cmd::logs::run(a),

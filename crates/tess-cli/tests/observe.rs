@@ -147,7 +147,6 @@ fn metrics_endpoint_passes_promtool_and_counts_what_happens() {
 }
 
 /// Waits for `cond`, polling every 50 ms, for at most `limit`.
-#[allow(dead_code)]
 fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
@@ -270,4 +269,233 @@ fn trace_writes_chrome_json_with_cells_slices_and_throttles() {
     // Bad input is refused by name.
     let o = d.tess(&["trace", "--seconds", "0", "--out", out.to_str().unwrap()]);
     assert_eq!(outcome(&o).0, 2, "{}", outcome(&o).1);
+}
+
+/// Reads one HTTP response's body by its Content-Length (Chromium's DevTools server keeps the
+/// connection open, so reading to the end would wait forever).
+fn read_http_body(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())
+                        .flatten()
+                })
+                .unwrap_or(0);
+            if body.len() >= len {
+                return body.to_string();
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return String::new(),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// A page of headless Chromium driven over the DevTools protocol.
+struct Browser {
+    ws: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+}
+
+impl Browser {
+    /// Starts Chromium (killed by pid through `reaper`) and attaches to its first page.
+    fn start(reaper: &mut Reaper, profile: &std::path::Path) -> Browser {
+        let port = free_port();
+        let child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--window-size=1280,900",
+                &format!("--remote-debugging-port={port}"),
+                &format!("--user-data-dir={}", profile.display()),
+                "about:blank",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium (Debian chromium, installed by scripts/setup)");
+        reaper.push(child);
+        let mut url = None;
+        assert!(
+            wait_for(Duration::from_secs(30), || {
+                let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return false;
+                };
+                let _ = write!(
+                    s,
+                    "GET /json/list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+                );
+                let body = read_http_body(&mut s);
+                let body = body.as_str();
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+                    return false;
+                };
+                url = v.as_array().and_then(|pages| {
+                    pages
+                        .iter()
+                        .find(|p| p["type"] == "page")
+                        .and_then(|p| p["webSocketDebuggerUrl"].as_str())
+                        .map(String::from)
+                });
+                url.is_some()
+            }),
+            "chromium did not offer a page to debug"
+        );
+        let (ws, _) = tungstenite::connect(url.unwrap()).expect("DevTools WebSocket");
+        if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+            // A command that is never answered fails the test instead of hanging it.
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        }
+        Browser { ws, next_id: 1 }
+    }
+
+    /// Sends a DevTools command and returns its result (events in between are skipped).
+    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let msg = serde_json::json!({"id": id, "method": method, "params": params});
+        self.ws
+            .send(tungstenite::Message::Text(msg.to_string()))
+            .unwrap();
+        loop {
+            let m = self
+                .ws
+                .read()
+                .unwrap_or_else(|e| panic!("no reply to {method}: {e}"));
+            let tungstenite::Message::Text(t) = m else {
+                continue;
+            };
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            if v["id"] == id {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluates a JavaScript expression in the page and returns its value.
+    fn eval(&mut self, expr: &str) -> serde_json::Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expr, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+}
+
+/// The cells the dashboard's table shows.
+const SHOWN_CELLS: &str =
+    "Array.from(document.querySelectorAll('#cells tr[data-cell]')).map(r => r.dataset.cell).join(',')";
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel, and headless chromium"]
+fn web_dashboard_shows_cells_live_in_a_real_browser() {
+    let d = Daemon::start();
+    let mut reaper = Reaper::default();
+    cells_with_work(&d, &mut reaper);
+    let port = free_port();
+    let web = Command::new(common::tess_bin())
+        .args([
+            "web",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--interval",
+            "500ms",
+        ])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.push(web);
+    assert!(
+        wait_for(Duration::from_secs(10), || TcpStream::connect((
+            "127.0.0.1",
+            port
+        ))
+        .is_ok()),
+        "tess web did not listen"
+    );
+    // Read-only: anything but GET is refused.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "POST /api/view HTTP/1.0\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 405") || text.starts_with("HTTP/1.0 405"),
+        "{text}"
+    );
+
+    let profile = d.dir.path().join("chromium");
+    let mut b = Browser::start(&mut reaper, &profile);
+    b.call("Page.enable", serde_json::json!({}));
+    b.call(
+        "Page.navigate",
+        serde_json::json!({"url": format!("http://127.0.0.1:{port}/")}),
+    );
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let shown = b.eval(SHOWN_CELLS);
+            shown == "batch,synth" || shown == "synth,batch"
+        }),
+        "the page does not show the manifest's cells: {:?}",
+        b.eval("document.body.innerText")
+    );
+    // Mark this document: the update below must arrive without a reload.
+    b.eval("window.tessMark = 42");
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "late",
+        "--policy",
+        "best-effort",
+        "--harts",
+        "1",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    assert!(
+        wait_for(Duration::from_secs(10), || b
+            .eval(SHOWN_CELLS)
+            .as_str()
+            .is_some_and(|s| s.split(',').any(|c| c == "late"))),
+        "the new cell did not appear: {:?}",
+        b.eval(SHOWN_CELLS)
+    );
+    assert_eq!(b.eval("window.tessMark"), 42, "the page was reloaded");
+    // The harts and the plot are drawn too.
+    assert!(b
+        .eval("document.getElementById('harts').innerText")
+        .as_str()
+        .unwrap()
+        .contains("hart 1"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        b.eval("document.querySelectorAll('#plot polyline').length")
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
+    // docs/observability.md shows this screenshot.
+    let shot = b.call(
+        "Page.captureScreenshot",
+        serde_json::json!({"format": "png"}),
+    );
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(shot["data"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("tess-web.png"), png).unwrap();
 }

@@ -11,6 +11,7 @@ mod isolation;
 mod music;
 mod mux;
 mod net;
+mod observe;
 mod record;
 mod reserve;
 mod rtapp;
@@ -85,6 +86,9 @@ enum Which {
     /// Activation jitter of periodic rt-app tasks beside CPU hogs (seed 002, AQuoSA's RTApp):
     /// each task under `tess run --reserve`, against plain CFS and `chrt -f`.
     Rtapp(rtapp::RtappArgs),
+    /// What watching costs (issue 16): a Prometheus scrape and a `tess top` refresh with 100
+    /// cells, and a compute step's CPU time with and without 10 Hz scraping.
+    Observe(Common),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -158,6 +162,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Net(a) => (a.common.clone(), net::run(&a)?),
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
+        Which::Observe(c) => (c.clone(), observe::run(&c)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())

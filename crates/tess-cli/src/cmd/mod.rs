@@ -9,6 +9,7 @@ pub mod run;
 pub mod status;
 pub mod top;
 pub mod trace;
+pub mod web;
 
 use tess_proto::{ApiError, Body, Client, Request};
 

@@ -192,7 +192,6 @@ pub fn run(a: TopArgs) -> anyhow::Result<i32> {
 
 /// How long one refresh takes without a terminal: snapshot, rates, and drawing an 80x24
 /// screen (`tess bench observe`'s `top_refresh_ms`).
-#[allow(dead_code)] // used by `tess bench observe`, which comes next
 pub fn time_refresh(sampler: &mut Sampler) -> anyhow::Result<Duration> {
     let t0 = Instant::now();
     let view = sampler.refresh()?;
