@@ -301,8 +301,10 @@ mod tests {
     fn this_thread_has_cpu_time() {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
+        // The kernel charges run time at ticks and switches (4 ms apart at HZ=250): spin
+        // across several.
         let spin = std::time::Instant::now();
-        while spin.elapsed() < std::time::Duration::from_millis(2) {}
+        while spin.elapsed() < std::time::Duration::from_millis(30) {}
         let st = thread_schedstat(tid).unwrap();
         assert!(st.run_ns > 0 && st.timeslices > 0, "{st:?}");
         assert!(thread_involuntary_switches(tid).is_some());
