@@ -43,6 +43,13 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Show the daemon, the harts and their load.
     Status(cmd::status::StatusArgs),
+    /// Watch cells keep their guarantees live: CPU granted vs used, waits, preemption and
+    /// throttling per cell, busy and admission headroom per hart (`--once --json` for scripts).
+    Top(cmd::top::TopArgs),
+    /// Record which cell ran on which hart, and throttling, as a Chrome / Perfetto trace.
+    Trace(cmd::trace::TraceArgs),
+    /// Serve a live, read-only dashboard of cells and harts on localhost.
+    Web(cmd::web::WebArgs),
     /// Per-user quotas (root sets them; users see their own).
     #[command(subcommand)]
     Quota(cmd::quota::QuotaCmd),
@@ -77,6 +84,9 @@ fn main() -> ExitCode {
         Command::Apply(a) => cmd::apply::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Top(a) => cmd::top::run(a),
+        Command::Trace(a) => cmd::trace::run(a),
+        Command::Web(a) => cmd::web::run(a),
         Command::Quota(q) => cmd::quota::run(q),
         Command::Ns(n) => cmd::ns::run(n),
         Command::Logs(a) => cmd::logs::run(a),

@@ -18,6 +18,8 @@
 //! sweep-interval-ms = 500   # how often stray tasks are moved out of the cgroup root (v1)
 //! follow-interval-ms = 20   # how often a reserved cell's budget is re-divided between the
 //!                           # threads that work (0: split evenly between all its threads)
+//! metrics-listen = "127.0.0.1:9464"  # serve Prometheus metrics here (default: off;
+//!                           # docs/observability.md)
 //!
 //! [quota.default]           # every non-root user without a quota of their own
 //! max-cells = 2
@@ -86,6 +88,8 @@ pub struct Config {
     /// How often the budget of a reserved cell is re-divided between its working threads
     /// (`threads::demand`); 0 turns it off (even split).
     pub follow_interval_ms: u64,
+    /// Where to serve Prometheus metrics (`None`: nowhere).
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Default quota for non-root users.
     pub default_quota: Quota,
     /// Per-user quotas from the file (those set with `tess quota set` take precedence).
@@ -112,6 +116,7 @@ impl Default for Config {
             group_servers: false,
             sweep_interval_ms: 500,
             follow_interval_ms: 20,
+            metrics_listen: None,
             default_quota: Quota::default(),
             user_quotas: BTreeMap::new(),
             proc_root: PathBuf::from("/proc"),
@@ -136,6 +141,7 @@ struct RawConfig {
     group_servers: Option<bool>,
     sweep_interval_ms: Option<u64>,
     follow_interval_ms: Option<u64>,
+    metrics_listen: Option<String>,
     quota: Option<RawQuotas>,
 }
 
@@ -235,6 +241,11 @@ impl Config {
             );
             c.follow_interval_ms = v;
         }
+        if let Some(v) = raw.metrics_listen.filter(|v| !v.is_empty()) {
+            c.metrics_listen = Some(v.parse().map_err(|e| {
+                anyhow::anyhow!("metrics-listen {v:?} is not an address like 127.0.0.1:9464: {e}")
+            })?);
+        }
         if let Some(q) = raw.quota {
             if let Some(d) = q.default {
                 c.default_quota = d.into();
@@ -280,5 +291,13 @@ allow-pinned = true
         assert!(Config::parse("colour = 1").is_err());
         assert!(Config::parse("[quota.users.bob]\nmax-cells = 1").is_err());
         assert!(Config::parse("harts = \"3-1\"").is_err());
+        assert!(Config::parse("metrics-listen = \"localhost\"").is_err());
+    }
+
+    #[test]
+    fn metrics_listen_is_an_address() {
+        let c = Config::parse("metrics-listen = \"127.0.0.1:9464\"").unwrap();
+        assert_eq!(c.metrics_listen.unwrap().port(), 9464);
+        assert!(Config::parse("").unwrap().metrics_listen.is_none());
     }
 }

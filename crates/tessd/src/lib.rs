@@ -6,7 +6,7 @@
 //! - [`enforcer`]: makes the kernel match a layout; [`threads`]: `SCHED_DEADLINE` per thread.
 //! - [`kernel`]: system-wide settings (deadline capacity, IRQ and workqueue steering).
 //! - [`store`]: durable state; [`config`]: configuration; [`server`]: the API socket;
-//!   [`procmon`]: fork events.
+//!   [`procmon`]: fork events; [`metrics`]: the Prometheus endpoint.
 #![warn(missing_docs)]
 
 pub mod config;
@@ -16,6 +16,7 @@ pub mod engine;
 pub mod fault;
 pub mod idle;
 pub mod kernel;
+pub mod metrics;
 pub mod procmon;
 pub mod server;
 pub mod store;

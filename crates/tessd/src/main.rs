@@ -59,6 +59,10 @@ struct Args {
     /// longer fits the machine).
     #[arg(long, value_name = "CELL")]
     forget: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (also
+    /// `metrics-listen` in tessd.toml; see docs/observability.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Log filter (error, warn, info, debug, trace), also RUST_LOG.
     #[arg(long, default_value = "info")]
     log: String,
@@ -119,6 +123,9 @@ fn config_from(args: &Args) -> Result<Config> {
     }
     if args.no_raise_kernel_limit {
         c.raise_kernel_limit = false;
+    }
+    if let Some(a) = args.metrics_listen {
+        c.metrics_listen = Some(a);
     }
     Ok(c)
 }
@@ -213,6 +220,7 @@ fn run(args: Args) -> Result<()> {
     let follow =
         (config.follow_interval_ms > 0).then(|| Duration::from_millis(config.follow_interval_ms));
     let socket = config.socket.clone();
+    let metrics_listen = config.metrics_listen;
     let daemon = Arc::new(Daemon::new(Engine::start(config)?));
     let listener = tessd::server::bind(&socket)?;
     tracing::info!("listening on {}", socket.display());
@@ -278,6 +286,9 @@ fn run(args: Args) -> Result<()> {
         std::thread::Builder::new()
             .name("tessd-api".into())
             .spawn(move || tessd::server::serve(listener, daemon))?;
+    }
+    if let Some(addr) = metrics_listen {
+        tessd::metrics::serve(addr, socket.clone())?;
     }
     let mut sig: libc::c_int = 0;
     // SAFETY: `set` holds the blocked signals; `sig` receives the one taken.

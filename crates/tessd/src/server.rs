@@ -245,11 +245,13 @@ fn connection(mut stream: UnixStream, daemon: &Daemon, names: &Names) -> Result<
                 _ => {}
             }
         }
+        let (op, started) = (crate::metrics::op_name(&req), std::time::Instant::now());
         let resp = if !greeted && !is_hello {
             err(ErrorKind::Usage, "the first request must be hello")
         } else {
             daemon.handle(&caller, req)
         };
+        crate::metrics::record(op, &resp, started.elapsed());
         if is_hello && matches!(resp, Response::Ok { .. }) {
             greeted = true;
         }

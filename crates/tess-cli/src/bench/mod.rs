@@ -14,6 +14,7 @@ mod isolation;
 mod music;
 mod mux;
 mod net;
+mod observe;
 mod pacora;
 mod pota;
 mod record;
@@ -112,6 +113,9 @@ enum Which {
     /// POTA keeps x264 at 30 fps with less CPU than a static allocation (seed 004 section 6.1,
     /// Fig. 6): mean share vs static, windows on target, rate and share over time (--svg).
     Pota(pota::PotaArgs),
+    /// What watching costs (issue 16): a Prometheus scrape and a `tess top` refresh with 100
+    /// cells, and a compute step's CPU time with and without 10 Hz scraping.
+    Observe(Common),
     /// Print the name of every benchmark, one a line (for scripts/bench-all).
     List,
     /// Write the benchmark record (markdown, on stdout) from one run set of scripts/bench-all:
@@ -198,6 +202,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
         Which::Pacora(c) => (c.clone(), pacora::run(&c)?),
         Which::Pota(a) => (a.common.clone(), pota::run(&a)?),
+        Which::Observe(c) => (c.clone(), observe::run(&c)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())

@@ -113,7 +113,7 @@ pub struct LoadArgs {
 
 /// One unit of CPU-bound work (an xorshift chain the optimizer cannot remove).
 #[inline(never)]
-fn unit(mut x: u64) -> u64 {
+pub(crate) fn unit(mut x: u64) -> u64 {
     for _ in 0..256 {
         x ^= x << 13;
         x ^= x >> 7;

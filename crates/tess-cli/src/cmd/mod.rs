@@ -8,6 +8,9 @@ pub mod ns;
 pub mod quota;
 pub mod run;
 pub mod status;
+pub mod top;
+pub mod trace;
+pub mod web;
 
 use tess_proto::{ApiError, Body, Client, Request};
 

@@ -1,0 +1,245 @@
+//! `tess bench observe`: what watching costs (issue 16).
+//!
+//! With 100 cells, each holding a process (so that every cell reports a thread):
+//! - `scrape_ms`: one Prometheus scrape as `tessd --metrics-listen` serves it (tessd's `status`
+//!   and `list-cells`, the kernel's counters for every cell and hart, the rendering), timed in
+//!   this process without the HTTP hop; goal under 10 ms;
+//! - `top_refresh_ms`: one `tess top` refresh (snapshot, rates, an 80x24 screen drawn off-screen);
+//! - `metrics_overhead_pct`: the CPU time of a fixed compute step (a stand-in for the
+//!   synthesizer's step: the same xorshift kernel as `tess work spin`) on a reserved-cell hart,
+//!   while scraping at 10 Hz against while not scraping, in alternating phases of the same run;
+//!   goal under 1%. Scraping costs nothing on the measured thread itself (the counters are the
+//!   kernel's), so what this measures is interference through the shared machine.
+
+use super::support::{pick_hart, spawn_work, stop, Session};
+use super::Common;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tess_bench::{Report, Summary, Table};
+use tess_core::spec::{CellSpec, HartRequest, Policy};
+use tess_observe::kernel::Mounts;
+use tess_observe::prom;
+use tess_observe::snapshot;
+
+const CELLS: usize = 100;
+
+fn cell_name(i: usize) -> String {
+    format!("obs-{i:03}")
+}
+
+fn specs() -> Vec<CellSpec> {
+    (0..CELLS)
+        .map(|i| CellSpec {
+            name: cell_name(i),
+            policy: Policy::EventTriggered {
+                period: Duration::from_millis(100),
+                budget: Duration::from_micros(200),
+            },
+            harts: HartRequest::Count(1),
+            memory_max: Some(64 << 20),
+            pids_max: None,
+            pinned: false,
+            idle: None,
+        })
+        .collect()
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn pin_to(hart: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(hart, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// CPU ns per step over `phase`, one sample per step.
+fn steps(phase: Duration, units: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while t0.elapsed() < phase {
+        let c0 = thread_cpu_ns();
+        for _ in 0..units {
+            x = super::work::unit(x);
+        }
+        out.push((thread_cpu_ns() - c0) as f64);
+    }
+    std::hint::black_box(x);
+    out
+}
+
+/// Runs the benchmark.
+pub fn run(c: &Common) -> anyhow::Result<Report> {
+    let socket = tess_proto::client::socket_path();
+    let mut s = Session::connect()?;
+    let status = s.status()?;
+    let hart = pick_hart(c.hart, &status)?;
+    s.apply(specs())?;
+    let holders: Vec<_> = (0..CELLS)
+        .map(|i| spawn_work(Some(&cell_name(i)), &["idle".into()]))
+        .collect::<Result<_, _>>()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let mounts = Mounts::detect();
+    let reps = if c.quick { 10 } else { 50 };
+
+    let mut scrape = Vec::new();
+    let (mut asking, mut reading) = (Vec::new(), Vec::new());
+    let mut size = 0;
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let mut client = tess_proto::Client::connect(&socket)?;
+        let (status, cells) = snapshot::query(&mut client)?;
+        let t1 = Instant::now();
+        let snap = snapshot::sample(&status, &cells, &mounts);
+        let text = prom::to_text_format(&prom::render(&snap, None));
+        let t2 = Instant::now();
+        scrape.push((t2 - t0).as_secs_f64() * 1e3);
+        asking.push((t1 - t0).as_secs_f64() * 1e3);
+        reading.push((t2 - t1).as_secs_f64() * 1e3);
+        size = text.len();
+        anyhow::ensure!(
+            snap.cells.len() >= CELLS,
+            "only {} cells seen",
+            snap.cells.len()
+        );
+    }
+    let mut sampler = crate::cmd::top::Sampler::connect(&socket)?;
+    let mut refresh = Vec::new();
+    for _ in 0..reps {
+        refresh.push(crate::cmd::top::time_refresh(&mut sampler)?.as_secs_f64() * 1e3);
+    }
+
+    // Overhead: alternate phases without and with a 10 Hz scraper, measuring on `hart`.
+    let phase = Duration::from_millis(if c.quick { 300 } else { 1000 });
+    let rounds = if c.quick { 2 } else { 5 };
+    let scraping = Arc::new(AtomicBool::new(false));
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let (scraping, stop_all, socket, mounts) = (
+            scraping.clone(),
+            stop_all.clone(),
+            socket.clone(),
+            mounts.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop_all.load(Ordering::Relaxed) {
+                if scraping.load(Ordering::Relaxed) {
+                    if let Ok(snap) = snapshot::take(&socket, &mounts) {
+                        std::hint::black_box(prom::render(&snap, None));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let measured = std::thread::spawn(move || {
+        pin_to(hart);
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        // Warm up, then alternate.
+        steps(phase / 2, 200);
+        for _ in 0..rounds {
+            scraping.store(false, Ordering::Relaxed);
+            off.extend(steps(phase, 200));
+            scraping.store(true, Ordering::Relaxed);
+            on.extend(steps(phase, 200));
+        }
+        scraping.store(false, Ordering::Relaxed);
+        (off, on)
+    });
+    let (off, on) = measured
+        .join()
+        .map_err(|_| anyhow::anyhow!("the measured thread panicked"))?;
+    stop_all.store(true, Ordering::Relaxed);
+    let _ = scraper.join();
+    for h in holders {
+        stop(h);
+    }
+    s.delete_all();
+
+    let (so, sn) = (Summary::of(&off), Summary::of(&on));
+    let overhead = (sn.median / so.median - 1.0) * 100.0;
+    let (sc, rf) = (Summary::of(&scrape), Summary::of(&refresh));
+    let mut r = Report::new("observe");
+    let mut t = Table::new(
+        format!("watching {CELLS} cells, each holding a process ({reps} repetitions)"),
+        &["what", "median", "p99", "max"],
+    );
+    t.row(&[
+        "Prometheus scrape (ms)".to_string(),
+        format!("{:.2}", sc.median),
+        format!("{:.2}", sc.p99),
+        format!("{:.2}", sc.max),
+    ]);
+    for (what, xs) in [
+        ("  of which tessd's status + list-cells", &asking),
+        ("  of which kernel counters + rendering", &reading),
+    ] {
+        let x = Summary::of(xs);
+        t.row(&[
+            what.to_string(),
+            format!("{:.2}", x.median),
+            format!("{:.2}", x.p99),
+            format!("{:.2}", x.max),
+        ]);
+    }
+    t.row(&[
+        "tess top refresh, 80x24 (ms)".to_string(),
+        format!("{:.2}", rf.median),
+        format!("{:.2}", rf.p99),
+        format!("{:.2}", rf.max),
+    ]);
+    r.table(t);
+    let mut t = Table::new(
+        format!(
+            "CPU per compute step on hart {hart}, {rounds} alternating phases of {} ms (us)",
+            phase.as_millis()
+        ),
+        &["scraping", "steps", "median", "p99"],
+    );
+    t.row(&[
+        "off".to_string(),
+        so.count.to_string(),
+        format!("{:.1}", so.median / 1e3),
+        format!("{:.1}", so.p99 / 1e3),
+    ]);
+    t.row(&[
+        "10 Hz".to_string(),
+        sn.count.to_string(),
+        format!("{:.1}", sn.median / 1e3),
+        format!("{:.1}", sn.p99 / 1e3),
+    ]);
+    r.table(t);
+    r.figure("scrape_ms", sc.median);
+    r.figure("top_refresh_ms", rf.median);
+    r.figure("metrics_overhead_pct", overhead);
+    r.target(
+        "scrape of 100 cells under 10 ms",
+        sc.median < 10.0,
+        format!("{:.2} ms", sc.median),
+    );
+    r.target(
+        "metrics overhead under 1%",
+        overhead < 1.0,
+        format!("{overhead:.2}%"),
+    );
+    r.note(format!("the exposition of {CELLS} cells is {size} bytes"));
+    r.note("scrape_ms: tessd's status + list-cells, kernel counters, rendering; the endpoint adds one HTTP round trip on localhost");
+    r.note("metrics_overhead_pct: a fixed xorshift step stands in for the synthesizer's step; scraping at 10 Hz is 150x Prometheus' default 15 s interval");
+    r.detail("scrape_ms", sc);
+    r.detail("top_refresh_ms", rf);
+    r.detail("step_ns_off", so);
+    r.detail("step_ns_on", sn);
+    Ok(r)
+}
