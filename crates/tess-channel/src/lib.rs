@@ -70,7 +70,9 @@ mod endpoint;
 pub mod error;
 #[cfg(not(loom))]
 pub mod ffi;
-#[cfg(not(loom))]
+// The hostile-peer fuzzer reuses the benchmark's process helpers, so it comes with the `bench`
+// feature (tess-cli, the hostile test and example, and the cargo-fuzz targets turn it on).
+#[cfg(all(not(loom), feature = "bench"))]
 #[doc(hidden)]
 pub mod fuzzing;
 #[cfg(not(loom))]
