@@ -94,7 +94,8 @@ fn a_corrupted_state_file_is_a_clear_error_and_left_untouched() {
         c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .unwrap();
     }
-    let mut bytes = std::fs::read(&db).unwrap();
+    let good = std::fs::read(&db).unwrap();
+    let mut bytes = good.clone();
     bytes[..100].copy_from_slice(&[0x5a; 100]);
     std::fs::write(&db, &bytes).unwrap();
     let err = refused_start(&d.args());
@@ -104,6 +105,9 @@ fn a_corrupted_state_file_is_a_clear_error_and_left_untouched() {
     );
     // Nothing was rewritten: the same bytes are there to be recovered.
     assert_eq!(std::fs::read(&db).unwrap(), bytes);
+    // Recover, so that the harness's reset finds the saved kernel settings and removes the
+    // cgroups (an unreadable state would leave them, with the test runner inside).
+    std::fs::write(&db, &good).unwrap();
 }
 
 #[test]
@@ -113,11 +117,17 @@ fn a_corrupted_cell_row_names_the_cell_and_keeps_it() {
     create(&mut client(&d), "one", "67108864").unwrap();
     d.kill9();
     let db = state_dir(&d).join("state.db");
-    {
+    let good_row: String = {
         let c = rusqlite::Connection::open(&db).unwrap();
+        let row = c
+            .query_row("SELECT data FROM cells WHERE name = 'one'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
         c.execute("UPDATE cells SET data = '{broken' WHERE name = 'one'", [])
             .unwrap();
-    }
+        row
+    };
     let err = refused_start(&d.args());
     assert!(
         err.contains("\"one\"") && err.contains("unreadable"),
@@ -130,6 +140,12 @@ fn a_corrupted_cell_row_names_the_cell_and_keeps_it() {
         })
         .unwrap();
     assert_eq!(kept, "{broken");
+    // Repair the row, so that the harness's reset can read the state and clean up.
+    c.execute(
+        "UPDATE cells SET data = ?1 WHERE name = 'one'",
+        [good_row.as_str()],
+    )
+    .unwrap();
 }
 
 /// A tmpfs mounted for the life of the value.
@@ -197,6 +213,8 @@ fn a_full_disk_refuses_the_change_clearly_and_rolls_the_kernel_back() {
     d.kill9();
     d.spawn();
     assert_eq!(cells(&d), ["kept", "more"]);
-    d.kill9();
+    // The harness's reset reads the saved kernel settings from the state on the tmpfs: it must
+    // run before the tmpfs goes, or the kernel keeps what tessd raised.
+    drop(d);
     drop(mnt);
 }
