@@ -334,6 +334,7 @@ pub extern "C" fn pulse_strerror(code: c_int) -> *const c_char {
 
 /// Forgets threads made with `pulse_ctx_make` outside a run that were freed without running
 /// (the benchmark's creations).
+#[cfg(feature = "bench")]
 pub(crate) fn forget_pending() {
     PENDING_THREADS.store(0, Ordering::Release);
 }

@@ -1,16 +1,14 @@
-//! The committed header matches what cbindgen generates from the Rust source.
+//! The committed C header must be exactly what cbindgen generates from the Rust source.
+//!
+//! `TESS_PULSE_BLESS=1 cargo test -p tess-pulse --test header` rewrites the committed copy.
+#![cfg(not(loom))]
 
 #[test]
 fn committed_header_is_current() {
-    let generated = std::fs::read_to_string(concat!(env!("OUT_DIR"), "/tess_pulse.h"))
-        .expect("build.rs wrote it");
-    let committed_path = concat!(env!("CARGO_MANIFEST_DIR"), "/include/tess_pulse.h");
-    if std::env::var_os("TESS_PULSE_BLESS").is_some() {
-        std::fs::write(committed_path, &generated).unwrap();
-    }
-    let committed = std::fs::read_to_string(committed_path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "include/tess_pulse.h is stale: run TESS_PULSE_BLESS=1 cargo test -p tess-pulse --test header"
+    tess_testkit::check_generated_header(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/include/tess_pulse.h"),
+        include_str!(concat!(env!("OUT_DIR"), "/tess_pulse.h")),
+        "TESS_PULSE_BLESS",
+        "TESS_PULSE_BLESS=1 cargo test -p tess-pulse --test header",
     );
 }

@@ -128,6 +128,28 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// Checks that a committed C header equals what cbindgen generated at build time; with the
+/// environment variable `bless` set, rewrites the committed copy instead. `how` is the command
+/// that regenerates it, for the failure message.
+pub fn check_generated_header(committed_path: &str, generated: &str, bless: &str, how: &str) {
+    if std::env::var_os(bless).is_some() {
+        std::fs::write(committed_path, generated).expect("write the committed header");
+        return;
+    }
+    let committed = std::fs::read_to_string(committed_path).unwrap_or_default();
+    if committed != generated {
+        let first = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(committed.lines().count().min(generated.lines().count()));
+        panic!(
+            "{committed_path} is stale (first difference at line {}); regenerate it with {how}",
+            first + 1
+        );
+    }
+}
+
 /// A workspace binary built next to the tests; panics with the command to build it if missing.
 pub fn built(name: &str) -> PathBuf {
     let p = profile_dir().join(name);
