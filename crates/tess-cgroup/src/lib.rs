@@ -117,6 +117,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Lets thread `tid` of tessd run on the harts of root domain `domain` although tessd's own
+    /// group may not (tessd's budget ticks, which must sit in the root domain they police). On
+    /// v1 the thread joins that domain's anchor cpuset (threads are placed one by one there).
+    /// The default leaves it where it is (v2: a thread stays in its process's cgroup; the tick
+    /// then runs only where tessd may).
+    fn attach_thread_to_domain(&self, _tid: i32, _domain: &HartSet) -> Result<()> {
+        Ok(())
+    }
+
     /// `Some(limit)` when a cell's cpu group can serve all its threads from one RT bandwidth
     /// budget (cgroup v1 with `CONFIG_RT_GROUP_SCHED`): `limit` is the RT bandwidth ratio the
     /// kernel allows all groups together (`sched_rt_runtime_us / sched_rt_period_us`). cgroup v2

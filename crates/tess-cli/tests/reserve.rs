@@ -169,3 +169,108 @@ fn by_default_the_budget_follows_the_working_thread() {
     let out = prog.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?} (slices {followed:?})");
 }
+
+/// The budget ticks of tessd (`tessd::budget_tick`): `(tid, sched_getattr policy line)` of each
+/// thread named `budget-tick-HART`.
+fn budget_ticks(tessd_pid: u32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{tessd_pid}/task")).unwrap() {
+        let tid = e.unwrap().file_name().into_string().unwrap();
+        let comm = std::fs::read_to_string(format!("/proc/{tessd_pid}/task/{tid}/comm"))
+            .unwrap_or_default();
+        if comm.trim().starts_with("budget-tick-") {
+            let chrt = Command::new("chrt").args(["-p", &tid]).output().unwrap();
+            out.push((
+                comm.trim().to_string(),
+                String::from_utf8_lossy(&chrt.stdout).into(),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether this kernel ends deadline budgets exactly (`HRTICK_DL` on), so tessd needs no ticks.
+fn exact_budgets() -> bool {
+    std::fs::read_to_string("/sys/kernel/debug/sched/features")
+        .is_ok_and(|f| f.split_whitespace().any(|x| x == "HRTICK_DL"))
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn a_hart_with_reservations_gets_a_budget_tick_and_loses_it_with_them() {
+    let d = Daemon::start();
+    let pid = d.pid().unwrap();
+    assert!(budget_ticks(pid).is_empty(), "ticks with no reservation");
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "et",
+        "--policy",
+        "event-triggered",
+        "--budget",
+        "1ms",
+        "--period",
+        "10ms",
+        "--hart-ids",
+        "0",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // The tick thread names itself as it starts, then becomes a deadline task.
+    let t0 = Instant::now();
+    let mut ticks = budget_ticks(pid);
+    let started = |t: &Vec<(String, String)>| {
+        !t.is_empty() && t.iter().all(|(_, c)| c.contains("SCHED_DEADLINE"))
+    };
+    while !started(&ticks) && !exact_budgets() && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+        ticks = budget_ticks(pid);
+    }
+    if exact_budgets() {
+        assert!(ticks.is_empty(), "HRTICK_DL is on, yet tessd runs ticks");
+        return;
+    }
+    assert_eq!(
+        ticks.len(),
+        1,
+        "one tick for hart 0: {ticks:?}\n{}",
+        d.log()
+    );
+    let (name, chrt) = &ticks[0];
+    assert_eq!(name, "budget-tick-0");
+    assert!(chrt.contains("SCHED_DEADLINE"), "{chrt}");
+    // runtime/deadline/period in ns: 5 us within 20 us, every 200 us (the default).
+    assert!(chrt.contains("5000/20000/200000"), "{chrt}");
+    // Admission sets the tick's 2.5% aside: beside the 10% cell, 82% more of hart 0 fits
+    // (92.5% in all), 83% does not.
+    let big = |budget: &str| {
+        d.tess(&[
+            "cell",
+            "create",
+            "big",
+            "--policy",
+            "event-triggered",
+            "--budget",
+            budget,
+            "--period",
+            "10ms",
+            "--hart-ids",
+            "0",
+        ])
+    };
+    assert_ne!(
+        outcome(&big("8300us")).0,
+        0,
+        "admitted beyond the tick's share"
+    );
+    let o = big("8200us");
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let o = d.tess(&["cell", "delete", "big"]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let o = d.tess(&["cell", "delete", "et"]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    // A tick stops within one period of the change.
+    assert!(
+        budget_ticks(pid).is_empty(),
+        "the tick outlived the reservation"
+    );
+}

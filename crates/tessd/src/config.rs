@@ -18,6 +18,8 @@
 //! sweep-interval-ms = 500   # how often stray tasks are moved out of the cgroup root (v1)
 //! follow-interval-ms = 20   # how often a reserved cell's budget is re-divided between the
 //!                           # threads that work (0: split evenly between all its threads)
+//! budget-tick-us = 200     # where HRTICK_DL is off: a deadline tick per reserved hart ends
+//!                           # budgets within this period (0: off; docs/tessd.md)
 //! metrics-listen = "127.0.0.1:9464"  # serve Prometheus metrics here (default: off;
 //!                           # docs/observability.md)
 //!
@@ -88,6 +90,9 @@ pub struct Config {
     /// How often the budget of a reserved cell is re-divided between its working threads
     /// (`threads::demand`); 0 turns it off (even split).
     pub follow_interval_ms: u64,
+    /// Period of the budget ticks (`budget_tick`) where the kernel cannot end budgets exactly;
+    /// 0 turns them off.
+    pub budget_tick_us: u64,
     /// Where to serve Prometheus metrics (`None`: nowhere).
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Default quota for non-root users.
@@ -116,6 +121,7 @@ impl Default for Config {
             group_servers: false,
             sweep_interval_ms: 500,
             follow_interval_ms: 20,
+            budget_tick_us: crate::budget_tick::DEFAULT_TICK.as_micros() as u64,
             metrics_listen: None,
             default_quota: Quota::default(),
             user_quotas: BTreeMap::new(),
@@ -141,6 +147,7 @@ struct RawConfig {
     group_servers: Option<bool>,
     sweep_interval_ms: Option<u64>,
     follow_interval_ms: Option<u64>,
+    budget_tick_us: Option<u64>,
     metrics_listen: Option<String>,
     quota: Option<RawQuotas>,
 }
@@ -240,6 +247,14 @@ impl Config {
                 "follow-interval-ms {v}: use 0 (off) or at least 5 ms"
             );
             c.follow_interval_ms = v;
+        }
+        if let Some(v) = raw.budget_tick_us {
+            let min = crate::budget_tick::MIN_TICK.as_micros() as u64;
+            anyhow::ensure!(
+                v == 0 || (min..=100_000).contains(&v),
+                "budget-tick-us {v}: use 0 (off) or {min} to 100000 (the kernel's shortest deadline period is {min} us)"
+            );
+            c.budget_tick_us = v;
         }
         if let Some(v) = raw.metrics_listen.filter(|v| !v.is_empty()) {
             c.metrics_listen = Some(v.parse().map_err(|e| {

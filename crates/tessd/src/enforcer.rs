@@ -33,6 +33,9 @@ pub struct Enforcer {
     /// Serve event-triggered cells by RT group bandwidth where the backend can (the
     /// experimental `group-servers` setting).
     pub group_servers: bool,
+    /// Budget ticks of the harts that hold reservations, where the kernel cannot end budgets
+    /// exactly (`crate::budget_tick`); `None`: not needed or turned off.
+    pub budget_ticks: Option<crate::budget_tick::BudgetTicks>,
 }
 
 /// Between the steps of a convergence: where the crash tests stop the daemon with the kernel
@@ -63,6 +66,7 @@ impl Enforcer {
             spinners,
             conflicts: Vec::new(),
             group_servers: false,
+            budget_ticks: None,
         }
     }
 
@@ -96,6 +100,9 @@ impl Enforcer {
         to: &Layout,
         store: &Store,
     ) -> Result<Vec<String>> {
+        if let Some(t) = self.budget_ticks.as_mut() {
+            t.stop_unwanted(to);
+        }
         let b = self.backend.as_ref();
         b.init(&self.all).context("creating tess's cgroups")?;
         // 1. Threads leave SCHED_DEADLINE before their cell stops being reserved, moves, or goes.
@@ -196,6 +203,11 @@ impl Enforcer {
             b.sweep_into_system()
                 .context("moving tasks out of the cgroup root")?;
         }
+        // 8. Budget ticks on the harts that now hold reservations (after the sweep, which may
+        // move tessd itself and reset its threads' pinning).
+        if let Some(t) = self.budget_ticks.as_mut() {
+            t.reconcile(&self.backend, to, false);
+        }
         Ok(rephase)
     }
 
@@ -253,6 +265,9 @@ impl Enforcer {
         if let Err(e) = self.spinners.start_wanted(self.backend.as_ref(), layout) {
             tracing::warn!("restarting idle spinners: {e:#}");
         }
+        if let Some(t) = self.budget_ticks.as_mut() {
+            t.reconcile(&self.backend, layout, true);
+        }
         for (name, cl) in &layout.cells {
             if cl.class == CellClass::Reserved {
                 if let Err(e) = self.threads.sync(self.backend.as_ref(), name, cl) {
@@ -265,6 +280,11 @@ impl Enforcer {
 
     /// Removes everything tess set up and restores saved kernel settings.
     pub fn teardown(&mut self, layout: Option<&Layout>, store: &Store) -> Result<()> {
+        // Deadline ticks first: the kernel refuses to restore sched_rt_runtime_us below the
+        // bandwidth of running deadline tasks.
+        if let Some(t) = self.budget_ticks.as_mut() {
+            t.stop_all();
+        }
         let b = self.backend.as_ref();
         self.spinners.stop_all(b);
         for name in b.existing_cells()? {

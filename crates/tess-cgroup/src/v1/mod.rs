@@ -359,6 +359,16 @@ impl Backend for V1 {
         self.fs.write(&dir.join(PROCS), &pid.to_string())
     }
 
+    fn attach_thread_to_domain(&self, tid: i32, domain: &HartSet) -> Result<()> {
+        // The anchor exists while `domain` is one of the layout's root domains; a thread inside
+        // keeps it from being removed, so tessd stops its ticks before the domains change.
+        let anchor = self
+            .top(&self.paths.cpuset)
+            .join("domains")
+            .join(domain.to_string());
+        self.fs.write(&anchor.join(TASKS), &tid.to_string())
+    }
+
     fn complete_attach(&self, name: &str, cpus: &HartSet) -> Result<usize> {
         let cpu_dir = self.cell_dir(&self.paths.cpu, name);
         if !cpu_dir.exists() {

@@ -873,7 +873,7 @@ fn report(
     }
     r.figure("noise_floor_max_us", floor.summary_us.max);
     r.note(format!(
-        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (A, B, E) or holds the SCHED_FIFO 99 synthesizer and its idle spinner (D, E_linux); hart(s) {} hold the console service, the interference and the rogue swarm, in the cells of examples/music/group1.toml, group2.toml and rogue.toml (video time-triggered 200 us / 3 ms and event-triggered 2 ms / 33 ms; two best-effort EP cells; the rogue's best-effort cell) or as plain floating processes (C, D, E_linux). The SLABS emulator is test equipment, the same in all: hart {emulator_hart}, outside the cells, SCHED_FIFO 98, sleeping until 20 us before each packet. {}",
+        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (A, B, E) or holds the SCHED_FIFO 99 synthesizer and its idle spinner (D, E_linux); hart(s) {} hold the console service, the interference and the rogue swarm, in the cells of examples/music/group1.toml, group2.toml and rogue.toml (by default a time-triggered video 200 us / 3 ms and an event-triggered one 200 us / 3 ms; two best-effort EP cells; the rogue's best-effort cell) or as plain floating processes (C, D, E_linux). The SLABS emulator is test equipment, the same in all: hart {emulator_hart}, outside the cells, SCHED_FIFO 98, sleeping until 20 us before each packet. {}",
         plan.shared,
         if plan.steer.is_some() {
             format!("In every scenario the kernel's receive processing of the synthesizer's packets is steered to hart {synth_hart} (RPS on the veth).")

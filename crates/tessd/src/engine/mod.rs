@@ -43,7 +43,7 @@ use anyhow::{Context, Result};
 use error::EResult;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tess_cgroup::fs::Fs;
 use tess_cgroup::{Backend, Version};
 use tess_core::admission::{self, Capacity};
@@ -134,7 +134,17 @@ impl Engine {
         } else {
             kernel::deadline_capacity(&kpaths)?
         };
-        kernel::exact_deadline_enforcement(&kpaths, &store);
+        // Without exact budget ends, budget ticks bound overruns; admission sets their
+        // bandwidth aside on every hart (the kernel counts them like any deadline task).
+        let ticks = match kernel::exact_deadline_enforcement(&kpaths, &store) {
+            kernel::DeadlineEnforcement::PerTick if config.budget_tick_us > 0 => Some(
+                crate::budget_tick::BudgetTicks::new(Duration::from_micros(config.budget_tick_us)),
+            ),
+            _ => None,
+        };
+        let tick_share = ticks
+            .as_ref()
+            .map_or(0.0, |t| crate::budget_tick::bandwidth(t.period()));
         let group_servers = if config.group_servers {
             backend.group_servers()
         } else {
@@ -147,7 +157,7 @@ impl Engine {
         let cap = Capacity {
             harts: managed.clone(),
             utilization_limit: limit,
-            kernel_reservation_limit: kernel_cap.min(limit),
+            kernel_reservation_limit: (kernel_cap - tick_share).min(limit - tick_share),
             min_system_harts: config.system_harts,
             group_servers,
         };
@@ -159,6 +169,7 @@ impl Engine {
         })?;
         let mut enforcer = Enforcer::new(backend, kpaths, config.steer_irqs, all, managed);
         enforcer.group_servers = config.group_servers;
+        enforcer.budget_ticks = ticks;
         let layout = enforcer.plan(&persisted.cluster);
         enforcer
             .converge(None, &layout, &store)

@@ -1,0 +1,324 @@
+//! Budget ticks: `SCHED_DEADLINE` budgets ended on time where the kernel cannot do it alone.
+//!
+//! The kernel learns that a deadline task has used its budget only when it accounts the task's
+//! time: when the task blocks, when something preempts it, or at the scheduler tick. With the
+//! scheduler feature `HRTICK_DL` it also arms a timer for the exact end of the budget, but that
+//! feature lives in debugfs, which kernel lockdown closes (and most distribution kernels run
+//! locked down). Without it a reserved cell that computes continuously overruns its slice by up
+//! to a tick (4 ms at `HZ=250`) and repays the debt later: measured in the music bench, a video
+//! cell with a 200 us slice held hart 0 for 3.9 ms, and everything on that hart waited, other
+//! reservations included.
+//!
+//! A budget tick is one small `SCHED_DEADLINE` thread of tessd per hart that holds reservations,
+//! with `runtime` [`TICK_RUNTIME`], a relative deadline of [`TICK_DEADLINE`] (20 us) and a
+//! period of `budget-tick-us`. It sleeps until the next multiple of its period and goes back to
+//! sleep at once. Its deadline is shorter than that of any reservation tess admits, so its
+//! wake-up preempts the running deadline task; preemption accounts that task's time, and a task past its
+//! budget is throttled right there. An overrun is thus bounded by one tick period (default
+//! 200 us) instead of a scheduler tick.
+//!
+//! What it costs: one wake-up per period per such hart (5,000 a second at 200 us; about 1-2% of
+//! the hart on this virtual machine, where each timer costs a hypervisor exit), and admission
+//! sets its bandwidth aside (`TICK_RUNTIME / tick`, 2.5% at 200 us) on every hart, because the
+//! kernel counts it like any deadline task. A hart without reservations gets no tick; a machine
+//! where `HRTICK_DL` is on gets none; `budget-tick-us = 0` in tessd.toml turns them off.
+//!
+//! The ticks are threads of tessd, so they stop while tessd is down (reservations keep running,
+//! with tick-granular enforcement, until it is back). On cgroup v1 each tick joins the anchor
+//! cpuset of its root domain (`Backend::attach_thread_to_domain`); on v2 a thread stays in its
+//! process's cgroup, so a tick runs only on harts tessd's own group may use, and for any other
+//! reserved hart the log says once that there is none.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tess_cgroup::Backend;
+use tess_core::layout::Layout;
+use tess_sched::{HartSet, Policy};
+
+/// CPU time a tick may use per period: a wake-up and a `clock_nanosleep` take about 2 us here;
+/// the rest covers a timer interrupt charged to the tick. A tick that runs out is throttled
+/// until its next period, which only skips one tick.
+pub const TICK_RUNTIME: Duration = Duration::from_micros(5);
+
+/// Relative deadline of a tick: shorter than any reservation's (a time-triggered window's
+/// deadline is its active time, at least `tess_core::spec::MIN_BUDGET` = 50 us), so the tick
+/// preempts every reserved task, even one whose window just opened.
+pub const TICK_DEADLINE: Duration = Duration::from_micros(20);
+
+/// Default period (`budget-tick-us`).
+pub const DEFAULT_TICK: Duration = Duration::from_micros(200);
+
+/// Shortest period: the kernel's default `sched_deadline_period_min_us`.
+pub const MIN_TICK: Duration = Duration::from_micros(100);
+
+/// Fraction of each hart the ticks set aside in admission.
+pub fn bandwidth(tick: Duration) -> f64 {
+    TICK_RUNTIME.as_secs_f64() / tick.as_secs_f64()
+}
+
+/// What the layout wants: for every hart that holds reservations, the affinity its tick gets
+/// (the hart's root domain: the kernel lets a thread become a deadline task only if its affinity
+/// spans its root domain).
+pub fn wanted(layout: &Layout) -> BTreeMap<usize, HartSet> {
+    let mut want = BTreeMap::new();
+    for h in layout.reserved.iter() {
+        let domain = layout
+            .domains
+            .iter()
+            .find(|d| d.contains(h))
+            .cloned()
+            .unwrap_or_else(|| HartSet::single(h));
+        want.insert(h, domain);
+    }
+    want
+}
+
+/// One running tick.
+#[derive(Debug)]
+struct Tick {
+    affinity: HartSet,
+    stop: Arc<AtomicBool>,
+    /// Kernel thread id once the thread runs; -1 when it gave up (see `failed`).
+    tid: Arc<AtomicI32>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Tick {
+    fn failed(&self) -> bool {
+        self.tid.load(Ordering::Acquire) == -1
+    }
+}
+
+/// The budget ticks of the harts that hold reservations.
+#[derive(Debug)]
+pub struct BudgetTicks {
+    period: Duration,
+    running: BTreeMap<usize, Tick>,
+}
+
+impl BudgetTicks {
+    /// Ticks with this period (at least [`MIN_TICK`]).
+    pub fn new(period: Duration) -> BudgetTicks {
+        BudgetTicks {
+            period: period.max(MIN_TICK),
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// The tick period.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Harts with a tick that runs.
+    pub fn harts(&self) -> HartSet {
+        let mut s = HartSet::new();
+        for (h, t) in &self.running {
+            if !t.failed() {
+                s.insert(*h);
+            }
+        }
+        s
+    }
+
+    /// Starts the ticks `layout` wants and stops the others. With `verify`, also restarts a tick
+    /// whose thread lost its pinning or its policy (moving a v1 cpuset resets affinities).
+    /// A tick that failed to start is retried only when its hart's wanted affinity changes.
+    pub fn reconcile(&mut self, backend: &Arc<dyn Backend>, layout: &Layout, verify: bool) {
+        let want = wanted(layout);
+        let stale: Vec<usize> = self
+            .running
+            .iter()
+            .filter(|(h, t)| {
+                want.get(h) != Some(&t.affinity) || (verify && !t.failed() && !t.healthy())
+            })
+            .map(|(h, _)| *h)
+            .collect();
+        for h in stale {
+            if let Some(t) = self.running.remove(&h) {
+                t.stop();
+            }
+        }
+        for (h, affinity) in want {
+            if self.running.contains_key(&h) {
+                continue;
+            }
+            let tick = start(backend.clone(), h, affinity, self.period);
+            self.running.insert(h, tick);
+        }
+    }
+
+    /// Stops the ticks `layout` does not want as they run (before a convergence changes the
+    /// root domains under them).
+    pub fn stop_unwanted(&mut self, layout: &Layout) {
+        let want = wanted(layout);
+        let stale: Vec<usize> = self
+            .running
+            .iter()
+            .filter(|(h, t)| want.get(h) != Some(&t.affinity))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in stale {
+            if let Some(t) = self.running.remove(&h) {
+                t.stop();
+            }
+        }
+    }
+
+    /// Stops every tick (teardown).
+    pub fn stop_all(&mut self) {
+        for (_, t) in std::mem::take(&mut self.running) {
+            t.stop();
+        }
+    }
+}
+
+impl Drop for BudgetTicks {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+impl Tick {
+    fn healthy(&self) -> bool {
+        let tid = self.tid.load(Ordering::Acquire);
+        if tid <= 0 {
+            // Still starting.
+            return true;
+        }
+        let pinned = tess_sched::affinity::get_affinity(tid).is_ok_and(|a| a == self.affinity);
+        let deadline = tess_sched::attr::get_policy(tid)
+            .is_ok_and(|(p, _)| matches!(p, Policy::Deadline { .. }));
+        pinned && deadline
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        // The thread sleeps at most one period; joining keeps a restarted tick from ever
+        // running beside the old one.
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn start(backend: Arc<dyn Backend>, hart: usize, affinity: HartSet, period: Duration) -> Tick {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tid = Arc::new(AtomicI32::new(0));
+    let (s, t, a) = (stop.clone(), tid.clone(), affinity.clone());
+    let handle = std::thread::Builder::new()
+        .name(format!("budget-tick-{hart}"))
+        .spawn(move || {
+            if let Err(e) = become_tick(backend.as_ref(), &a, period) {
+                tracing::warn!(
+                    "no budget tick on hart {hart}: {e}; reservations there may overrun their budgets by up to a scheduler tick"
+                );
+                t.store(-1, Ordering::Release);
+                return;
+            }
+            // SAFETY: gettid has no preconditions.
+            t.store(unsafe { libc::gettid() }, Ordering::Release);
+            run(&s, period);
+        });
+    match handle {
+        Ok(h) => Tick {
+            affinity,
+            stop,
+            tid,
+            handle: Some(h),
+        },
+        Err(e) => {
+            tracing::warn!("cannot start the budget tick of hart {hart}: {e}");
+            tid.store(-1, Ordering::Release);
+            Tick {
+                affinity,
+                stop,
+                tid,
+                handle: None,
+            }
+        }
+    }
+}
+
+/// Moves the calling thread into its root domain, pins it there and makes it a deadline task.
+fn become_tick(backend: &dyn Backend, affinity: &HartSet, period: Duration) -> Result<(), String> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    backend
+        .attach_thread_to_domain(tid, affinity)
+        .map_err(|e| format!("cannot place it in the root domain of harts {affinity}: {e}"))?;
+    tess_sched::affinity::set_affinity(0, affinity).map_err(|e| {
+        format!("cannot pin it to harts {affinity} (outside tessd's own group?): {e}")
+    })?;
+    tess_sched::attr::set_policy(
+        0,
+        Policy::Deadline {
+            runtime: TICK_RUNTIME,
+            deadline: TICK_DEADLINE,
+            period,
+        },
+        0,
+    )
+    .map_err(|e| {
+        format!("SCHED_DEADLINE {TICK_RUNTIME:?}/{TICK_DEADLINE:?}/{period:?} refused: {e}")
+    })
+}
+
+/// Wakes at every multiple of `period` until told to stop. Waking is all a tick does.
+fn run(stop: &AtomicBool, period: Duration) {
+    let p = tess_sched::clock::ns(period);
+    let mut next = tess_sched::clock::next_grid_point(tess_sched::clock::now_ns(), p, 0);
+    while !stop.load(Ordering::Acquire) {
+        tess_sched::clock::sleep_until_ns(next);
+        let now = tess_sched::clock::now_ns();
+        next += p;
+        if next <= now {
+            // Throttled or preempted past a period: skip, never catch up in a burst.
+            next = tess_sched::clock::next_grid_point(now, p, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tess_core::layout::Layout;
+
+    fn layout(reserved: &str, domains: &[&str]) -> Layout {
+        let all: HartSet = "0-7".parse().unwrap();
+        Layout {
+            all: all.clone(),
+            managed: all.clone(),
+            dedicated: HartSet::new(),
+            reserved: reserved.parse().unwrap(),
+            pool: HartSet::new(),
+            system: all,
+            domains: domains.iter().map(|d| d.parse().unwrap()).collect(),
+            cells: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_tick_per_reserved_hart_pinned_to_its_root_domain() {
+        let l = layout("0,2-3", &["0", "2-3", "4-7"]);
+        let w = wanted(&l);
+        assert_eq!(w.keys().copied().collect::<Vec<_>>(), vec![0, 2, 3]);
+        assert_eq!(w[&0], "0".parse().unwrap());
+        assert_eq!(w[&2], "2-3".parse().unwrap());
+        assert_eq!(w[&3], "2-3".parse().unwrap());
+    }
+
+    #[test]
+    fn no_reservations_no_ticks() {
+        assert!(wanted(&layout("", &["0-7"])).is_empty());
+    }
+
+    #[test]
+    fn bandwidth_is_runtime_over_period() {
+        assert!((bandwidth(DEFAULT_TICK) - 0.025).abs() < 1e-12);
+        assert_eq!(BudgetTicks::new(Duration::from_micros(10)).period, MIN_TICK);
+    }
+}
