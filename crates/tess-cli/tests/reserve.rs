@@ -8,6 +8,30 @@ use common::{outcome, read, Daemon};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `tess run --reserve 2ms/10ms` on `hart` of one busy thread and three asleep (`tess work
+/// share`, its window `window_ms` long) behind `sh -c`, which stays as a fifth, idle thread.
+fn share_program(d: &Daemon, hart: usize, window_ms: u32) -> std::process::Child {
+    let tess = common::tess_bin();
+    Command::new(&tess)
+        .args([
+            "run",
+            "--reserve",
+            "2ms/10ms",
+            "--hart-ids",
+            &hart.to_string(),
+            "--",
+        ])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "{} work share --busy=1 --idle=3 --window-ms={window_ms}; true",
+            tess.display()
+        ))
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 #[ignore = "needs root: a private tessd on the real kernel"]
 fn a_busy_thread_beside_idle_ones_gets_the_whole_reservation() {
@@ -40,25 +64,7 @@ fn a_busy_thread_beside_idle_ones_gets_the_whole_reservation() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    // One busy thread, three asleep, behind `sh -c` (which stays as a fifth, idle thread).
-    let prog = Command::new(&tess)
-        .args([
-            "run",
-            "--reserve",
-            "2ms/10ms",
-            "--hart-ids",
-            &hart.to_string(),
-            "--",
-        ])
-        .args(["sh", "-c"])
-        .arg(format!(
-            "{} work share --busy=1 --idle=3 --window-ms=2000; true",
-            tess.display()
-        ))
-        .env("TESS_SOCKET", &d.socket)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let prog = share_program(&d, hart, 2000);
     // While it runs, every thread of the program is served by the cell's one RT group server.
     let t0 = Instant::now();
     let threads = loop {
@@ -108,27 +114,8 @@ fn by_default_the_budget_follows_the_working_thread() {
     // the working threads the budget and idle ones a standby slice, the slices summing to it.
     let d = Daemon::start();
     let hart = tess_sched::online_harts().unwrap().iter().max().unwrap();
-    let tess = common::tess_bin();
-    // One busy thread, three asleep, behind `sh -c` (which stays as a fifth, idle thread). The
-    // worker sleeps 300 ms before its window, so every thread is idle at first.
-    let prog = Command::new(&tess)
-        .args([
-            "run",
-            "--reserve",
-            "2ms/10ms",
-            "--hart-ids",
-            &hart.to_string(),
-            "--",
-        ])
-        .args(["sh", "-c"])
-        .arg(format!(
-            "{} work share --busy=1 --idle=3 --window-ms=3000; true",
-            tess.display()
-        ))
-        .env("TESS_SOCKET", &d.socket)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // The worker sleeps 300 ms before its window, so every thread is idle at first.
+    let prog = share_program(&d, hart, 3000);
     let budget = Duration::from_millis(2);
     let t0 = Instant::now();
     let mut last = Vec::new();
@@ -170,20 +157,20 @@ fn by_default_the_budget_follows_the_working_thread() {
     assert!(out.status.success(), "{out:?} (slices {followed:?})");
 }
 
-/// The budget ticks of tessd (`tessd::budget_tick`): `(tid, sched_getattr policy line)` of each
-/// thread named `budget-tick-HART`.
-fn budget_ticks(tessd_pid: u32) -> Vec<(String, String)> {
+/// The budget ticks of tessd (`tessd::budget_tick`): name and scheduling policy of each thread
+/// named `budget-tick-HART` (`None` while it is still becoming a deadline task).
+fn budget_ticks(tessd_pid: u32) -> Vec<(String, Option<tess_sched::Policy>)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{tessd_pid}/task")).unwrap() {
         let tid = e.unwrap().file_name().into_string().unwrap();
         let comm = std::fs::read_to_string(format!("/proc/{tessd_pid}/task/{tid}/comm"))
             .unwrap_or_default();
         if comm.trim().starts_with("budget-tick-") {
-            let chrt = Command::new("chrt").args(["-p", &tid]).output().unwrap();
-            out.push((
-                comm.trim().to_string(),
-                String::from_utf8_lossy(&chrt.stdout).into(),
-            ));
+            let policy = tess_sched::attr::get_policy(tid.parse().unwrap())
+                .ok()
+                .map(|(p, _)| p)
+                .filter(|p| p.is_deadline());
+            out.push((comm.trim().to_string(), policy));
         }
     }
     out
@@ -218,8 +205,8 @@ fn a_hart_with_reservations_gets_a_budget_tick_and_loses_it_with_them() {
     // The tick thread names itself as it starts, then becomes a deadline task.
     let t0 = Instant::now();
     let mut ticks = budget_ticks(pid);
-    let started = |t: &Vec<(String, String)>| {
-        !t.is_empty() && t.iter().all(|(_, c)| c.contains("SCHED_DEADLINE"))
+    let started = |t: &Vec<(String, Option<tess_sched::Policy>)>| {
+        !t.is_empty() && t.iter().all(|(_, p)| p.is_some())
     };
     while !started(&ticks) && !exact_budgets() && t0.elapsed() < Duration::from_secs(2) {
         std::thread::sleep(Duration::from_millis(20));
@@ -235,11 +222,17 @@ fn a_hart_with_reservations_gets_a_budget_tick_and_loses_it_with_them() {
         "one tick for hart 0: {ticks:?}\n{}",
         d.log()
     );
-    let (name, chrt) = &ticks[0];
+    let (name, policy) = &ticks[0];
     assert_eq!(name, "budget-tick-0");
-    assert!(chrt.contains("SCHED_DEADLINE"), "{chrt}");
-    // runtime/deadline/period in ns: 5 us within 20 us, every 200 us (the default).
-    assert!(chrt.contains("5000/20000/200000"), "{chrt}");
+    // 5 us within 20 us, every 200 us (the default).
+    assert_eq!(
+        *policy,
+        Some(tess_sched::Policy::Deadline {
+            runtime: Duration::from_micros(5),
+            deadline: Duration::from_micros(20),
+            period: Duration::from_micros(200),
+        })
+    );
     // Admission sets the tick's 2.5% aside: beside the 10% cell, 82% more of hart 0 fits
     // (92.5% in all), 83% does not.
     let big = |budget: &str| {
@@ -268,7 +261,7 @@ fn a_hart_with_reservations_gets_a_budget_tick_and_loses_it_with_them() {
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
     let o = d.tess(&["cell", "delete", "et"]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
-    // A tick stops within one period of the change.
+    // The transaction that removes the last reservation stops (joins) the tick before it returns.
     assert!(
         budget_ticks(pid).is_empty(),
         "the tick outlived the reservation"

@@ -86,12 +86,6 @@ struct Tick {
     handle: Option<JoinHandle<()>>,
 }
 
-impl Tick {
-    fn failed(&self) -> bool {
-        self.tid.load(Ordering::Acquire) == -1
-    }
-}
-
 /// The budget ticks of the harts that hold reservations.
 #[derive(Debug)]
 pub struct BudgetTicks {
@@ -113,41 +107,19 @@ impl BudgetTicks {
         self.period
     }
 
-    /// Harts with a tick that runs.
-    pub fn harts(&self) -> HartSet {
-        let mut s = HartSet::new();
-        for (h, t) in &self.running {
-            if !t.failed() {
-                s.insert(*h);
-            }
-        }
-        s
-    }
-
     /// Starts the ticks `layout` wants and stops the others. With `verify`, also restarts a tick
     /// whose thread lost its pinning or its policy (moving a v1 cpuset resets affinities).
     /// A tick that failed to start is retried only when its hart's wanted affinity changes.
     pub fn reconcile(&mut self, backend: &Arc<dyn Backend>, layout: &Layout, verify: bool) {
         let want = wanted(layout);
-        let stale: Vec<usize> = self
-            .running
-            .iter()
-            .filter(|(h, t)| {
-                want.get(h) != Some(&t.affinity) || (verify && !t.failed() && !t.healthy())
-            })
-            .map(|(h, _)| *h)
-            .collect();
-        for h in stale {
-            if let Some(t) = self.running.remove(&h) {
-                t.stop();
-            }
-        }
+        self.stop_where(|h, t| {
+            want.get(&h) != Some(&t.affinity) || (verify && !t.failed() && !t.healthy())
+        });
         for (h, affinity) in want {
-            if self.running.contains_key(&h) {
-                continue;
+            if !self.running.contains_key(&h) {
+                let tick = start(backend.clone(), h, affinity, self.period);
+                self.running.insert(h, tick);
             }
-            let tick = start(backend.clone(), h, affinity, self.period);
-            self.running.insert(h, tick);
         }
     }
 
@@ -155,16 +127,16 @@ impl BudgetTicks {
     /// root domains under them).
     pub fn stop_unwanted(&mut self, layout: &Layout) {
         let want = wanted(layout);
-        let stale: Vec<usize> = self
-            .running
-            .iter()
-            .filter(|(h, t)| want.get(h) != Some(&t.affinity))
-            .map(|(h, _)| *h)
-            .collect();
-        for h in stale {
-            if let Some(t) = self.running.remove(&h) {
-                t.stop();
-            }
+        self.stop_where(|h, t| want.get(&h) != Some(&t.affinity));
+    }
+
+    fn stop_where(&mut self, stale: impl Fn(usize, &Tick) -> bool) {
+        let (gone, keep) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|(h, t)| stale(*h, t));
+        self.running = keep;
+        for (_, t) in gone {
+            t.stop();
         }
     }
 
@@ -183,6 +155,10 @@ impl Drop for BudgetTicks {
 }
 
 impl Tick {
+    fn failed(&self) -> bool {
+        self.tid.load(Ordering::Acquire) == -1
+    }
+
     fn healthy(&self) -> bool {
         let tid = self.tid.load(Ordering::Acquire);
         if tid <= 0 {

@@ -157,7 +157,7 @@ impl Engine {
         let cap = Capacity {
             harts: managed.clone(),
             utilization_limit: limit,
-            kernel_reservation_limit: (kernel_cap - tick_share).min(limit - tick_share),
+            kernel_reservation_limit: kernel_cap.min(limit) - tick_share,
             min_system_harts: config.system_harts,
             group_servers,
         };
