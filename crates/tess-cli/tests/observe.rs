@@ -104,26 +104,7 @@ fn metrics_endpoint_passes_promtool_and_counts_what_happens() {
     assert!(headroom < 0.95 - 0.19, "hart 1 headroom {headroom}");
 
     // promtool reads the exposition and lints names, units and help texts.
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian prometheus, installed by scripts/setup)");
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}\n--- exposition ---\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_accepts(&body);
 
     // A deleted cell leaves the next scrape, and the delete is counted.
     let o = d.tess(&["cell", "delete", "batch"]);
@@ -144,6 +125,124 @@ fn metrics_endpoint_passes_promtool_and_counts_what_happens() {
     );
     let (status, _) = http_get(port, "/nothing");
     assert!(status.contains("404"), "{status}");
+}
+
+/// A patch light enough to play in real time anywhere: a sine into both outputs.
+const SINE_PATCH: &str =
+    "#N canvas 0 0 400 300 12;\n#X obj 10 10 osc~ 440;\n#X obj 10 40 *~ 0.1;\n\
+#X obj 10 70 dac~;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 1 0 2 1;\n";
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn a_runtimes_misses_and_tail_reach_metrics_and_top() {
+    let port = free_port();
+    let d = Daemon::start_configured(&format!("metrics-listen = \"127.0.0.1:{port}\"\n"));
+    let mut reaper = Reaper::default();
+    let m = d.manifest(
+        "audio.toml",
+        "[cells.audio]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"3ms\"\nharts = 1\n",
+    );
+    let o = d.tess(&["apply", m.to_str().unwrap()]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let patch = d.manifest("sine.pd", SINE_PATCH);
+    let pd = common::tess_bin().with_file_name("tess-pd");
+    assert!(
+        pd.exists(),
+        "{} is missing: build the workspace first (scripts/test does)",
+        pd.display()
+    );
+    // tess-pd plays the patch in real time in the cell, one 1.33 ms block at a time, and
+    // publishes every block (crate tess-stats) where tessd's endpoint and tess top read it.
+    let child = Command::new(common::tess_bin())
+        .args(["run", "--cell", "audio", "--"])
+        .arg(&pd)
+        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.push(child);
+
+    let labels = "cell=\"audio\",policy=\"event-triggered\",runtime=\"pd\"";
+    let events = format!("tess_runtime_events_total{{{labels}}}");
+    let mut body = String::new();
+    let seen = wait_for(Duration::from_secs(15), || {
+        body = http_get(port, "/metrics").1;
+        sample(&body, &events).is_some_and(|n| n >= 200.0)
+    });
+    assert!(seen, "no pd events in the scrape:\n{body}\n{}", d.log());
+    for want in [
+        format!("tess_runtime_deadline_seconds{{{labels}}} 0.001333333"),
+        format!("tess_runtime_deadline_misses_total{{{labels}}}"),
+        format!("tess_runtime_response_seconds_bucket{{le=\"+Inf\",{labels}}}"),
+        "# TYPE tess_runtime_response_seconds histogram".to_string(),
+    ] {
+        assert!(body.contains(&want), "missing {want:?} in\n{body}");
+    }
+    // The histogram counts every event (one scrape reads both from the same page).
+    let count = sample(
+        &body,
+        &format!("tess_runtime_response_seconds_count{{{labels}}}"),
+    )
+    .unwrap();
+    assert!(count >= 200.0, "{body}");
+    promtool_accepts(&body);
+
+    // tess top: the cell's runtime, its rate (48000 / 64 = 750 blocks a second) and its tail.
+    let v = d.json(&["top", "--once", "--interval", "1s"]);
+    let cell = v["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "audio")
+        .unwrap_or_else(|| panic!("{v}"));
+    let rt = &cell["runtimes"][0];
+    assert_eq!(rt["name"], "pd", "{v}");
+    let rate = rt["events_per_s"].as_f64().unwrap();
+    assert!((300.0..=800.0).contains(&rate), "{rate} blocks/s: {v}");
+    assert!(rt["p99_us"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        (rt["deadline_us"].as_f64().unwrap() - 1333.333).abs() < 0.001,
+        "{v}"
+    );
+    let o = d.tess(&["top", "--once", "--screen", "--interval", "300ms"]);
+    let screen = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        screen.contains("MISS") && screen.contains("P99"),
+        "{screen}"
+    );
+    let row = screen
+        .lines()
+        .find(|l| l.contains("audio"))
+        .unwrap_or_else(|| panic!("{screen}"));
+    // NAME POL HARTS GRANT USED WAIT PRE/s MISS P99 THR MEM: MISS a count, P99 a time.
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert!(cols[7].parse::<u64>().is_ok(), "MISS in {row:?}");
+    assert!(cols[8].ends_with('s') && cols[8] != "-", "P99 in {row:?}");
+}
+
+/// `promtool check metrics` accepts an exposition.
+fn promtool_accepts(body: &str) {
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian prometheus, installed by scripts/setup)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n--- exposition ---\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Waits for `cond`, polling every 50 ms, for at most `limit`.
@@ -316,7 +415,7 @@ impl Browser {
                 "--no-sandbox",
                 "--disable-gpu",
                 "--no-first-run",
-                "--window-size=1280,900",
+                "--window-size=1280,1000",
                 &format!("--remote-debugging-port={port}"),
                 &format!("--user-data-dir={}", profile.display()),
                 "about:blank",
@@ -478,7 +577,42 @@ fn web_dashboard_shows_cells_live_in_a_real_browser() {
         .as_str()
         .unwrap()
         .contains("hart 1"));
-    std::thread::sleep(Duration::from_secs(3));
+    // A runtime in the new cell: its misses and p99 reach the table, its response times the
+    // live histogram.
+    let patch = d.manifest("sine.pd", SINE_PATCH);
+    let pd = common::tess_bin().with_file_name("tess-pd");
+    let player = Command::new(common::tess_bin())
+        .args(["run", "--cell", "late", "--"])
+        .arg(&pd)
+        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.push(player);
+    assert!(
+        wait_for(Duration::from_secs(15), || b
+            .eval("document.querySelectorAll('#rt-hist rect').length")
+            .as_u64()
+            .is_some_and(|n| n > 0)),
+        "no runtime histogram: {:?}",
+        b.eval("document.body.innerText")
+    );
+    assert_eq!(
+        b.eval("document.getElementById('rt-names').textContent"),
+        "late/pd"
+    );
+    // The late cell's row: misses a count, p99 a time.
+    let row = b.eval(
+        "Array.from(document.querySelectorAll('#cells tr[data-cell=late] td')).map(t => t.textContent).join('|')",
+    );
+    let cols: Vec<&str> = row.as_str().unwrap().split('|').collect();
+    assert!(cols[7].parse::<u64>().is_ok(), "misses in {row}");
+    assert!(
+        cols[8].ends_with("us") || cols[8].ends_with("ms"),
+        "p99 in {row}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
     assert!(
         b.eval("document.querySelectorAll('#plot polyline').length")
             .as_u64()

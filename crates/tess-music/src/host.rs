@@ -266,6 +266,8 @@ pub struct Host {
     pool: Pool,
     response_log: Arc<SampleLog>,
     compute_log: Arc<SampleLog>,
+    /// `t2 - t1` of every answer, published for `tess top` and Prometheus (crate `tess-stats`).
+    published: Option<tess_stats::Publisher>,
     recorder: Option<AudioRecorder>,
     counters: HostCounters,
     // Audio-path state, all preallocated.
@@ -302,6 +304,10 @@ impl Host {
         Ok(Host {
             response_log: Arc::new(SampleLog::with_capacity(cfg.log_capacity)),
             compute_log: Arc::new(SampleLog::with_capacity(cfg.log_capacity)),
+            published: tess_stats::Publisher::try_create(
+                "synth",
+                Some(std::time::Duration::from_nanos(slabs::DEADLINE_NS)),
+            ),
             cfg,
             ep,
             pool,
@@ -527,6 +533,9 @@ impl Host {
         }
         self.response_log.push(response_ns);
         self.compute_log.push(compute_ns);
+        if let Some(p) = &self.published {
+            p.record(response_ns);
+        }
     }
 
     /// The network service reports when the answer to package `seq` left: `t2`.
@@ -536,6 +545,11 @@ impl Host {
             self.unstamped[slot] = None;
             self.log_response(u.t1_ns, t2_ns, u.compute_ns);
         }
+    }
+
+    /// What the host has published for observers so far (`None` when it could not publish).
+    pub fn published(&self) -> Option<tess_stats::Published> {
+        self.published.as_ref().map(|p| p.read_back())
     }
 
     /// The report of the run so far (allocates: call it off the audio path).

@@ -15,6 +15,10 @@ fn default_gesture() -> Gesture {
 
 #[test]
 fn library_host_and_emulator_exchange_packages() {
+    // Where the host publishes its answers for observers (crate tess-stats): a private
+    // directory, so that the test needs no /run/tess.
+    let stats = tempfile::tempdir().unwrap();
+    std::env::set_var("TESS_STATS_DIR", stats.path());
     for workers in [0, 1] {
         let cfg = HostConfig {
             bind: "127.0.0.1:0".parse().unwrap(),
@@ -43,6 +47,15 @@ fn library_host_and_emulator_exchange_packages() {
         // Loopback gives kernel transmit stamps: every measured package's last packet has one.
         assert_eq!(e.tx_kernel_stamps, e.packages, "{e:?}");
         assert_eq!(e.send_delay_us.count as u64, e.packages);
+        // Every measured answer was published, and the misses agree with the host's count.
+        let p = host
+            .published()
+            .expect("publishing into a private directory");
+        assert_eq!(p.name, "synth");
+        assert_eq!(p.events, h.response_us.count as u64, "{p:?}\n{h:?}");
+        assert_eq!(p.misses, h.misses);
+        assert_eq!(p.buckets.iter().sum::<u64>(), p.events);
+        assert_eq!(p.deadline_ns, tess_music::slabs::DEADLINE_NS);
     }
 }
 

@@ -16,7 +16,105 @@ use std::path::Path;
 
 /// Reads a small kernel file; `None` if it cannot be read (gone, no permission).
 fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    let f = std::fs::File::open(path).ok()?;
+    read_at_start(&f)
+}
+
+/// The whole of a procfs or cgroupfs file, read from offset 0 with `pread`: each read at 0
+/// makes the kernel generate the text afresh, so an open file can be read again and again.
+///
+/// Not `fs::read_to_string`: that first asks for the file's size and position (two more system
+/// calls), and these files report a size of 0 anyway. A short read is the whole file: the
+/// kernel generates these texts into one buffer and hands out as much as was asked for.
+fn read_at_start(f: &std::fs::File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        match f.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    break;
+                }
+                buf.resize(len * 2, 0);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
+}
+
+/// Kernel files kept open from one scrape to the next.
+///
+/// Opening is most of what a scrape costs: the kernel walks the path (`/proc/<tid>` looks the
+/// task up, cgroupfs takes its locks) for every one of some 400 files per 100 cells; reading
+/// an open file again is a third to a sixth of that. A file that fails to read (its thread
+/// exited, its cgroup was removed, and a new one may now have its name) is opened afresh once;
+/// files not read in a scrape are closed at its end ([`Files::end_scrape`]). At most a quarter
+/// of the process's file limit is kept open; past that, files are opened and closed each time.
+#[derive(Debug, Default)]
+pub struct Files {
+    open: std::collections::HashMap<std::path::PathBuf, (std::fs::File, bool)>,
+    cap: Option<usize>,
+}
+
+impl Files {
+    /// An empty cache.
+    pub fn new() -> Files {
+        Files::default()
+    }
+
+    fn cap(&mut self) -> usize {
+        *self.cap.get_or_insert_with(|| {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: `lim` is a valid rlimit for the kernel to fill.
+            let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+            if ok {
+                (lim.rlim_cur / 4).min(1 << 16) as usize
+            } else {
+                256
+            }
+        })
+    }
+
+    /// The text of `path`, from the open file when there is one.
+    pub fn read(&mut self, path: &Path) -> Option<String> {
+        if let Some((f, used)) = self.open.get_mut(path) {
+            if let Some(t) = read_at_start(f) {
+                *used = true;
+                return Some(t);
+            }
+            self.open.remove(path);
+        }
+        let f = std::fs::File::open(path).ok()?;
+        let text = read_at_start(&f)?;
+        if self.open.len() < self.cap() {
+            self.open.insert(path.to_path_buf(), (f, true));
+        }
+        Some(text)
+    }
+
+    /// Closes the files this scrape did not read (threads gone, cells deleted).
+    pub fn end_scrape(&mut self) {
+        self.open.retain(|_, (_, used)| std::mem::take(used));
+    }
+
+    /// Files held open.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Whether none is held open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
 }
 
 /// A thread's `/proc/<tid>/schedstat`: time on a CPU, time runnable but waiting for one, and
@@ -46,6 +144,11 @@ pub fn thread_schedstat(tid: i32) -> Option<SchedStat> {
     parse_schedstat(&read(Path::new(&format!("/proc/{tid}/schedstat")))?)
 }
 
+/// [`thread_schedstat`] through `files`.
+pub fn thread_schedstat_in(files: &mut Files, tid: i32) -> Option<SchedStat> {
+    parse_schedstat(&files.read(Path::new(&format!("/proc/{tid}/schedstat")))?)
+}
+
 /// `nonvoluntary_ctxt_switches` from `/proc/<tid>/status`.
 pub fn parse_nonvoluntary_switches(text: &str) -> Option<u64> {
     text.lines()
@@ -57,6 +160,11 @@ pub fn parse_nonvoluntary_switches(text: &str) -> Option<u64> {
 /// or, for a `SCHED_DEADLINE` thread, throttled at the end of its budget.
 pub fn thread_involuntary_switches(tid: i32) -> Option<u64> {
     parse_nonvoluntary_switches(&read(Path::new(&format!("/proc/{tid}/status")))?)
+}
+
+/// [`thread_involuntary_switches`] through `files`.
+pub fn thread_involuntary_switches_in(files: &mut Files, tid: i32) -> Option<u64> {
+    parse_nonvoluntary_switches(&files.read(Path::new(&format!("/proc/{tid}/status")))?)
 }
 
 /// One hart's times from `/proc/stat`, in seconds.
@@ -141,15 +249,25 @@ pub fn parse_cpu_stat(text: &str) -> Option<Throttling> {
 
 /// A cgroup directory's throttling (`None` when it has no `cpu.stat`).
 pub fn throttling(dir: &Path) -> Option<Throttling> {
-    parse_cpu_stat(&read(&dir.join("cpu.stat"))?)
+    throttling_in(&mut Files::new(), dir)
+}
+
+/// [`throttling`] through `files`.
+pub fn throttling_in(files: &mut Files, dir: &Path) -> Option<Throttling> {
+    parse_cpu_stat(&files.read(&dir.join("cpu.stat"))?)
 }
 
 /// Memory charged to a cgroup directory, in bytes (v1 `memory.usage_in_bytes` or v2
 /// `memory.current`).
 pub fn memory_bytes(dir: &Path) -> Option<u64> {
+    memory_bytes_in(&mut Files::new(), dir)
+}
+
+/// [`memory_bytes`] through `files`.
+pub fn memory_bytes_in(files: &mut Files, dir: &Path) -> Option<u64> {
     ["memory.usage_in_bytes", "memory.current"]
         .iter()
-        .find_map(|f| read(&dir.join(f)))
+        .find_map(|f| files.read(&dir.join(f)))
         .and_then(|t| t.trim().parse().ok())
 }
 
@@ -295,6 +413,44 @@ mod tests {
         assert_eq!(memory_bytes(d.path()), None);
         std::fs::write(d.path().join("memory.current"), "4096\n").unwrap();
         assert_eq!(memory_bytes(d.path()), Some(4096));
+    }
+
+    #[test]
+    fn an_open_file_reads_fresh_counters_each_time() {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let mut files = Files::new();
+        let spin = |ms| {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(ms) {}
+        };
+        spin(10);
+        let a = thread_schedstat_in(&mut files, tid).unwrap();
+        assert_eq!(files.len(), 1);
+        spin(30);
+        let b = thread_schedstat_in(&mut files, tid).unwrap();
+        assert!(b.run_ns > a.run_ns, "{a:?} then {b:?}");
+        assert_eq!(files.len(), 1, "the second read reuses the open file");
+        // A file not read in a scrape is closed at its end; one that was is kept.
+        files.end_scrape();
+        assert_eq!(files.len(), 1);
+        files.end_scrape();
+        assert!(files.is_empty());
+        // A file longer than the first buffer is read whole.
+        let d = tempfile::tempdir().unwrap();
+        let long = d.path().join("long");
+        std::fs::write(&long, "x".repeat(10_000)).unwrap();
+        assert_eq!(files.read(&long).unwrap().len(), 10_000);
+        // A file that disappears reads as None.
+        std::fs::remove_file(&long).unwrap();
+        assert_eq!(
+            files.read(&long).map(|t| t.len()),
+            Some(10_000),
+            "still open: same file"
+        );
+        files.end_scrape();
+        files.end_scrape();
+        assert_eq!(files.read(&long), None);
     }
 
     #[test]

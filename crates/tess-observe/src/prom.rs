@@ -90,6 +90,62 @@ struct OpOnly {
     op: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuntimeLabels {
+    cell: String,
+    policy: String,
+    runtime: String,
+}
+
+/// A histogram whose buckets were counted elsewhere (a runtime's `tess-stats` page): set once
+/// per scrape, encoded as is.
+#[derive(Debug, Default, Clone)]
+struct CountedHistogram {
+    inner: std::sync::Arc<std::sync::Mutex<Counted>>,
+}
+
+/// Sum (seconds), count, and (upper bound, count) per bucket.
+type Counted = (f64, u64, Vec<(f64, u64)>);
+
+impl CountedHistogram {
+    /// Adds a runtime's counts (seconds; per-bucket counts, not cumulative).
+    fn add(&self, sum_s: f64, buckets: &[u64]) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.2.is_empty() {
+            g.2 = tess_stats::BOUNDS_NS
+                .iter()
+                .map(|b| *b as f64 / 1e9)
+                .chain(std::iter::once(f64::MAX))
+                .map(|le| (le, 0))
+                .collect();
+        }
+        g.0 += sum_s;
+        for (slot, n) in g.2.iter_mut().zip(buckets) {
+            slot.1 += n;
+        }
+        g.1 = g.2.iter().map(|b| b.1).sum();
+    }
+}
+
+impl prometheus_client::metrics::TypedMetric for CountedHistogram {
+    const TYPE: prometheus_client::metrics::MetricType =
+        prometheus_client::metrics::MetricType::Histogram;
+}
+
+impl prometheus_client::encoding::EncodeMetric for CountedHistogram {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(g.0, g.1, &g.2, None)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
 type GaugeF = Gauge<f64, AtomicU64>;
 type CounterF = Counter<f64, AtomicU64>;
 
@@ -184,6 +240,56 @@ fn plain_gauge(r: &mut Registry, name: &str, help: &str, unit: Option<Unit>, val
 
 fn harts_unit() -> Option<Unit> {
     Some(Unit::Other("harts".into()))
+}
+
+/// What runtimes published (crate `tess-stats`), by cell and runtime name; several processes
+/// of one cell publishing the same name are summed.
+fn render_runtimes(r: &mut Registry, s: &Snapshot) {
+    if s.cells.iter().all(|c| c.runtimes.is_empty()) {
+        return;
+    }
+    let events = counter::<RuntimeLabels>(
+        r,
+        "runtime_events",
+        "Events a runtime handled: the synthesizer's answers, a graph engine's blocks, Pulse's EDF jobs, gang windows entered",
+        None,
+    );
+    let misses = counter::<RuntimeLabels>(
+        r,
+        "runtime_deadline_misses",
+        "Events a runtime finished after their deadline",
+        None,
+    );
+    let deadline = gauge::<RuntimeLabels>(
+        r,
+        "runtime_deadline",
+        "The deadline a runtime's events are judged against (absent when it varies per event)",
+        Some(Unit::Seconds),
+    );
+    let response = Family::<RuntimeLabels, CountedHistogram>::default();
+    r.register_with_unit(
+        "runtime_response",
+        "Response time of a runtime's events (for gang windows: how late a vhart entered its window); buckets grow by sqrt(2) from 1 us",
+        Unit::Seconds,
+        response.clone(),
+    );
+    for c in &s.cells {
+        for rt in &c.runtimes {
+            let l = RuntimeLabels {
+                cell: c.name.clone(),
+                policy: c.policy.clone(),
+                runtime: rt.name.clone(),
+            };
+            events.get_or_create(&l).inc_by(rt.events as f64);
+            misses.get_or_create(&l).inc_by(rt.misses as f64);
+            if rt.deadline_ns > 0 {
+                deadline.get_or_create(&l).set(rt.deadline_ns as f64 / 1e9);
+            }
+            response
+                .get_or_create(&l)
+                .add(rt.sum_ns as f64 / 1e9, &rt.buckets);
+        }
+    }
 }
 
 /// Renders a snapshot (and, in tessd, its transactions) as OpenMetrics text.
@@ -325,6 +431,7 @@ pub fn render(s: &Snapshot, tx: Option<&Transactions>) -> String {
         }
         threads.get_or_create(&l).set(c.threads as f64);
     }
+    render_runtimes(&mut r, s);
 
     plain_gauge(
         &mut r,
@@ -394,6 +501,7 @@ mod tests {
                 memory_bytes: Some(4096),
                 memory_limit_bytes: Some(1 << 20),
                 pinned: false,
+                runtimes: vec![],
             }],
             warnings: vec![],
         }
@@ -416,6 +524,41 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+    }
+
+    #[test]
+    fn runtimes_publish_misses_and_a_response_histogram() {
+        let mut s = snapshot();
+        let mut buckets = vec![0; tess_stats::BUCKETS];
+        buckets[tess_stats::bucket_of(700_000)] = 3;
+        buckets[tess_stats::BUCKETS - 1] = 1;
+        s.cells[0].runtimes = vec![crate::snapshot::RuntimeSample {
+            name: "synth".into(),
+            pid: 7,
+            deadline_ns: 1_405_896,
+            events: 4,
+            misses: 1,
+            sum_ns: 4_000_000_000,
+            max_ns: 1_900_000_000,
+            buckets,
+        }];
+        let text = to_text_format(&render(&s, None));
+        let l = "cell=\"synth\",policy=\"event-triggered\",runtime=\"synth\"";
+        for want in [
+            format!("tess_runtime_events_total{{{l}}} 4"),
+            format!("tess_runtime_deadline_misses_total{{{l}}} 1"),
+            format!("tess_runtime_deadline_seconds{{{l}}} 0.001405896"),
+            format!("tess_runtime_response_seconds_count{{{l}}} 4"),
+            format!("tess_runtime_response_seconds_sum{{{l}}} 4.0"),
+            format!("tess_runtime_response_seconds_bucket{{le=\"0.000741376\",{l}}} 3"),
+            format!("tess_runtime_response_seconds_bucket{{le=\"1.073741824\",{l}}} 3"),
+            format!("tess_runtime_response_seconds_bucket{{le=\"+Inf\",{l}}} 4"),
+            "# TYPE tess_runtime_response_seconds histogram".to_string(),
+        ] {
+            assert!(text.contains(&want), "missing {want} in\n{text}");
+        }
+        // Without runtimes there are no runtime families at all.
+        assert!(!to_text_format(&render(&snapshot(), None)).contains("tess_runtime_"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! The kernel's counters only grow, except a cell's CPU time, which sums its *live* threads and
 //! drops when one exits; a negative difference is shown as 0 rather than as a negative share.
 
-use crate::snapshot::Snapshot;
+use crate::snapshot::{RuntimeSample, Snapshot};
 use serde::{Deserialize, Serialize};
 
 /// One cell over an interval.
@@ -34,6 +34,71 @@ pub struct CellRate {
     pub memory_limit_bytes: Option<u64>,
     /// Threads.
     pub threads: usize,
+    /// What its runtimes report over the interval (empty when none publishes).
+    #[serde(default)]
+    pub runtimes: Vec<RuntimeRate>,
+}
+
+/// One runtime of a cell over an interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeRate {
+    /// The runtime's name.
+    pub name: String,
+    /// Its process.
+    pub pid: i32,
+    /// Events per second.
+    pub events_per_s: f64,
+    /// Events past their deadline in the interval.
+    pub misses: u64,
+    /// Events past their deadline since it started.
+    pub misses_total: u64,
+    /// The 99th percentile of its response times in the interval, us (a bucket bound: within
+    /// 41% above the truth); `None` without events in the interval.
+    pub p99_us: Option<f64>,
+    /// Its deadline, us (`None`: none, or one per event).
+    pub deadline_us: Option<f64>,
+    /// Events in the interval per response-time bucket (`tess_stats::BOUNDS_NS`, then the
+    /// overflow), for live histograms.
+    #[serde(default)]
+    pub buckets: Vec<u64>,
+}
+
+impl CellRate {
+    /// Misses of all its runtimes in the interval (`None` when no runtime publishes).
+    pub fn misses(&self) -> Option<u64> {
+        (!self.runtimes.is_empty()).then(|| self.runtimes.iter().map(|r| r.misses).sum())
+    }
+
+    /// The worst p99 among its runtimes in the interval.
+    pub fn p99_us(&self) -> Option<f64> {
+        self.runtimes
+            .iter()
+            .filter_map(|r| r.p99_us)
+            .max_by(f64::total_cmp)
+    }
+}
+
+/// A runtime over an interval; `before` is its sample at the start (`None`: new).
+fn runtime_rate(now: &RuntimeSample, before: Option<&RuntimeSample>, dt: f64) -> RuntimeRate {
+    // A restarted runtime (same name and pid cannot restart; a new pid is a new runtime) only
+    // counts up, but guard against a page replaced under the same pid.
+    let before = before.filter(|b| b.events <= now.events);
+    let delta: Vec<u64> = now
+        .buckets
+        .iter()
+        .enumerate()
+        .map(|(i, n)| n.saturating_sub(before.and_then(|b| b.buckets.get(i)).copied().unwrap_or(0)))
+        .collect();
+    RuntimeRate {
+        name: now.name.clone(),
+        pid: now.pid,
+        events_per_s: per_s(now.events as f64, before.map_or(0, |b| b.events) as f64, dt),
+        misses: now.misses - before.map_or(0, |b| b.misses.min(now.misses)),
+        misses_total: now.misses,
+        p99_us: tess_stats::quantile(&delta, 0.99, now.max_ns).map(|ns| ns as f64 / 1e3),
+        deadline_us: (now.deadline_ns > 0).then(|| now.deadline_ns as f64 / 1e3),
+        buckets: delta,
+    }
 }
 
 /// One hart over an interval.
@@ -130,6 +195,18 @@ pub fn between(before: &Snapshot, now: &Snapshot) -> View {
                 memory_bytes: c.memory_bytes,
                 memory_limit_bytes: c.memory_limit_bytes,
                 threads: c.threads,
+                runtimes: c
+                    .runtimes
+                    .iter()
+                    .map(|r| {
+                        let was = b.and_then(|b| {
+                            b.runtimes
+                                .iter()
+                                .find(|x| x.name == r.name && x.pid == r.pid)
+                        });
+                        runtime_rate(r, was, dt)
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -180,6 +257,7 @@ mod tests {
                 memory_bytes: None,
                 memory_limit_bytes: None,
                 pinned: false,
+                runtimes: vec![],
             }],
             warnings: vec![],
         }
@@ -194,6 +272,47 @@ mod tests {
         assert_eq!(v.cells[0].throttled_periods, Some(3));
         // 0.08 s of waiting over 80 timeslices: 1 ms each.
         assert!((v.cells[0].wait_per_slice_us.unwrap() - 1000.0).abs() < 1e-6);
+    }
+
+    fn synth(events: u64, misses: u64, at: &[(u64, u64)]) -> RuntimeSample {
+        let mut buckets = vec![0; tess_stats::BUCKETS];
+        for (ns, n) in at {
+            buckets[tess_stats::bucket_of(*ns)] += n;
+        }
+        RuntimeSample {
+            name: "synth".into(),
+            pid: 42,
+            deadline_ns: 1_405_896,
+            events,
+            misses,
+            sum_ns: 0,
+            max_ns: 3_000_000,
+            buckets,
+        }
+    }
+
+    #[test]
+    fn runtime_tails_come_from_the_intervals_events_only() {
+        let mut a = snap(10.0, 5.0, 1.0, 0);
+        let mut b = snap(12.0, 6.0, 1.8, 0);
+        // Before: 1000 slow answers. In the interval: 2000 fast ones and 10 late.
+        a.cells[0].runtimes = vec![synth(1000, 1000, &[(3_000_000, 1000)])];
+        b.cells[0].runtimes = vec![synth(3010, 1010, &[(3_000_000, 1010), (700_000, 2000)])];
+        let v = between(&a, &b);
+        let r = &v.cells[0].runtimes[0];
+        assert_eq!((r.misses, r.misses_total), (10, 1010));
+        assert!((r.events_per_s - 1005.0).abs() < 1e-9);
+        // 10 of 2010 are slow: under 1%, so the p99 is the fast answers' bucket (741.376 us).
+        assert_eq!(r.p99_us, Some(741.376));
+        assert_eq!(v.cells[0].misses(), Some(10));
+        assert_eq!(r.deadline_us, Some(1405.896));
+        // With no earlier sample everything counts; with no runtime there is no miss column.
+        let fresh = between(&snap(10.0, 5.0, 1.0, 0), &b);
+        assert_eq!(fresh.cells[0].runtimes[0].misses, 1010);
+        assert_eq!(
+            between(&a, &snap(12.0, 6.0, 1.8, 0)).cells[0].misses(),
+            None
+        );
     }
 
     #[test]

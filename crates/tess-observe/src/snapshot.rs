@@ -67,6 +67,46 @@ pub struct CellSample {
     pub memory_limit_bytes: Option<u64>,
     /// Pinned (kept at its harts by resizes of others).
     pub pinned: bool,
+    /// What its runtimes publish about themselves (see [`RuntimeSample`]).
+    #[serde(default)]
+    pub runtimes: Vec<RuntimeSample>,
+}
+
+/// What one runtime of a cell published (crate `tess-stats`): the synthesizer's answers, a
+/// graph engine's blocks, Pulse's EDF jobs, the gang windows' entry lateness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeSample {
+    /// The runtime's name (`synth`, `pd`, `pulse-edf`, `gang-window`).
+    pub name: String,
+    /// The process that publishes it.
+    pub pid: i32,
+    /// Its deadline, ns (0: none, or one per event).
+    pub deadline_ns: u64,
+    /// Events handled (counter).
+    pub events: u64,
+    /// Events past their deadline (counter).
+    pub misses: u64,
+    /// Sum of response times, ns (counter).
+    pub sum_ns: u64,
+    /// Largest response time, ns.
+    pub max_ns: u64,
+    /// Response-time bucket counts (`tess_stats::BOUNDS_NS`, then the overflow; counters).
+    pub buckets: Vec<u64>,
+}
+
+impl From<tess_stats::Published> for RuntimeSample {
+    fn from(p: tess_stats::Published) -> Self {
+        RuntimeSample {
+            name: p.name,
+            pid: p.pid,
+            deadline_ns: p.deadline_ns,
+            events: p.events,
+            misses: p.misses,
+            sum_ns: p.sum_ns,
+            max_ns: p.max_ns,
+            buckets: p.buckets,
+        }
+    }
 }
 
 /// The whole machine at one instant.
@@ -126,9 +166,58 @@ pub fn query(client: &mut Client) -> anyhow::Result<(StatusInfo, Vec<CellInfo>)>
     Ok((*status, cells))
 }
 
-/// Reads the kernel's counters for what tessd reported.
+/// Reads the kernel's counters for what tessd reported (opening every file: for repeated
+/// snapshots, [`Sampler`] keeps them open).
 pub fn sample(status: &StatusInfo, cells: &[CellInfo], mounts: &Mounts) -> Snapshot {
+    sample_with(status, cells, mounts, &mut kernel::Files::new())
+}
+
+/// Takes snapshot after snapshot, keeping the kernel's files open in between (a scrape then
+/// costs a read per file instead of an open, a read and a close: see [`kernel::Files`]).
+#[derive(Debug)]
+pub struct Sampler {
+    mounts: Mounts,
+    files: kernel::Files,
+}
+
+impl Sampler {
+    /// A sampler for the cgroup hierarchies `mounts`.
+    pub fn new(mounts: Mounts) -> Sampler {
+        Sampler {
+            mounts,
+            files: kernel::Files::new(),
+        }
+    }
+
+    /// [`sample`], through the files kept open.
+    pub fn sample(&mut self, status: &StatusInfo, cells: &[CellInfo]) -> Snapshot {
+        let s = sample_with(status, cells, &self.mounts, &mut self.files);
+        self.files.end_scrape();
+        s
+    }
+
+    /// Asks tessd (at `socket`) and samples.
+    pub fn take(&mut self, socket: &Path) -> anyhow::Result<Snapshot> {
+        let mut client = Client::connect(socket)?;
+        let (status, cells) = query(&mut client)?;
+        Ok(self.sample(&status, &cells))
+    }
+
+    /// The hierarchies it samples.
+    pub fn mounts(&self) -> &Mounts {
+        &self.mounts
+    }
+}
+
+fn sample_with(
+    status: &StatusInfo,
+    cells: &[CellInfo],
+    mounts: &Mounts,
+    files: &mut kernel::Files,
+) -> Snapshot {
     let times = kernel::hart_times();
+    // One directory read for every cell's runtime pages.
+    let pages = tess_stats::pages(&tess_stats::default_dir());
     let harts = status
         .harts
         .iter()
@@ -165,29 +254,37 @@ pub fn sample(status: &StatusInfo, cells: &[CellInfo], mounts: &Mounts) -> Snaps
         daemon_uptime_s: status.uptime_s,
         utilization_limit: status.utilization_limit,
         harts,
-        cells: cells.iter().map(|c| sample_cell(c, mounts)).collect(),
+        cells: cells
+            .iter()
+            .map(|c| sample_cell(c, mounts, files, &pages))
+            .collect(),
         warnings: status.warnings.clone(),
     }
 }
 
-fn sample_cell(c: &CellInfo, mounts: &Mounts) -> CellSample {
+fn sample_cell(
+    c: &CellInfo,
+    mounts: &Mounts,
+    files: &mut kernel::Files,
+    pages: &[tess_stats::Page],
+) -> CellSample {
     let cpuset = Path::new(&c.cgroup);
     let cpu_dir = mounts.sibling(cpuset, mounts.cpu.as_deref());
     let mem_dir = mounts.sibling(cpuset, mounts.memory.as_deref());
     let mut st = kernel::SchedStat::default();
     let mut switches = 0u64;
     for t in &c.threads {
-        if let Some(s) = kernel::thread_schedstat(t.tid) {
+        if let Some(s) = kernel::thread_schedstat_in(files, t.tid) {
             st.run_ns += s.run_ns;
             st.wait_ns += s.wait_ns;
             st.timeslices += s.timeslices;
         }
-        switches += kernel::thread_involuntary_switches(t.tid).unwrap_or(0);
+        switches += kernel::thread_involuntary_switches_in(files, t.tid).unwrap_or(0);
     }
     // Dedicated cells stay in the cpu root on v1 (see tess-cgroup's v1 layout): the root's
     // cpu.stat is the machine's, not the cell's.
     let throttling = (cpu_dir != cpuset || mounts.cpu.is_none())
-        .then(|| kernel::throttling(&cpu_dir))
+        .then(|| kernel::throttling_in(files, &cpu_dir))
         .flatten();
     CellSample {
         name: c.name.clone(),
@@ -202,9 +299,15 @@ fn sample_cell(c: &CellInfo, mounts: &Mounts) -> CellSample {
         involuntary_switches: switches,
         throttled_periods: throttling.map(|t| t.periods),
         throttled_s: throttling.map(|t| t.seconds),
-        memory_bytes: kernel::memory_bytes(&mem_dir),
+        memory_bytes: kernel::memory_bytes_in(files, &mem_dir),
         memory_limit_bytes: c.memory_max,
         pinned: c.pinned,
+        runtimes: pages
+            .iter()
+            .filter(|p| c.processes.contains(&p.pid))
+            .filter_map(tess_stats::read_checked)
+            .map(RuntimeSample::from)
+            .collect(),
     }
 }
 

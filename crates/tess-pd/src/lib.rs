@@ -28,6 +28,7 @@ pub mod graph;
 pub mod load;
 pub mod objects;
 pub mod parse;
+pub mod play;
 pub mod render;
 pub mod sched;
 pub mod shared;

@@ -175,16 +175,30 @@ pub fn set_timing(period: Duration, deadline: Duration) {
     with_current(|t| t.set_timing(period, deadline));
 }
 
+/// The process's `pulse-edf` page (crate `tess-stats`): every job's response time (release
+/// to `wait_next_period`) and whether it missed its deadline, for `tess top` and Prometheus.
+/// Made at the first job's end, so programs without EDF threads publish nothing.
+static PUBLISHED: std::sync::OnceLock<Option<tess_stats::Publisher>> = std::sync::OnceLock::new();
+
+fn publish_job(release_ns: u64, deadline_ns: u64, done_ns: u64) {
+    let p = PUBLISHED.get_or_init(|| tess_stats::Publisher::try_create("pulse-edf", None));
+    if let Some(p) = p {
+        p.record_judged(done_ns.saturating_sub(release_ns), done_ns > deadline_ns);
+    }
+}
+
 /// Ends the calling thread's job: sleeps until its next release, whose deadline is then
 /// release + D. Returns the new release time (ns), or `None` outside an EDF thread.
 pub fn wait_next_period() -> Option<u64> {
-    let release = with_current(|t| {
+    let (release, job) = with_current(|t| {
         let period = t.period_ns.load(Ordering::Acquire);
         if period == 0 {
             return None;
         }
         let d = t.rel_deadline_ns.load(Ordering::Acquire);
-        let mut r = t.release_ns.load(Ordering::Acquire) + period;
+        let released = t.release_ns.load(Ordering::Acquire);
+        let due = t.abs_deadline_ns.load(Ordering::Acquire);
+        let mut r = released + period;
         let now = now_ns();
         if r + d < now {
             // Overran a whole job: skip to the release that can still be met.
@@ -192,9 +206,11 @@ pub fn wait_next_period() -> Option<u64> {
         }
         t.release_ns.store(r, Ordering::Release);
         t.abs_deadline_ns.store(r + d, Ordering::Release);
-        Some(r)
+        Some((r, (released, due, now)))
     })
     .flatten()?;
+    // Outside `with_current`: the first job's end makes the page, with ticks on.
+    publish_job(job.0, job.1, job.2);
     crate::runtime::sleep_until_ns(release);
     Some(release)
 }

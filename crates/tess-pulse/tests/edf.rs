@@ -106,3 +106,39 @@ fn priority_inheritance_runs_the_lock_holder_before_medium_work() {
         "the unlock handed over at once: {log:?}"
     );
 }
+
+#[test]
+fn every_job_is_published_with_its_misses() {
+    // Jobs publish to this process's `pulse-edf` page (crate tess-stats), made at the first
+    // job's end in TESS_STATS_DIR: a private directory, set before any job ends.
+    let stats = tempfile::tempdir().unwrap();
+    std::env::set_var("TESS_STATS_DIR", stats.path());
+    let mut p = Pulse::new(one_hart(), Edf::default()).unwrap();
+    let ms = Duration::from_millis;
+    p.spawn_with(
+        ThreadOptions::named("periodic").timing(ms(5), ms(5)),
+        move || {
+            for job in 0..20 {
+                // Job 10 runs 8 ms against its 5 ms deadline: a miss whatever else the machine does.
+                spin_for(if job == 10 {
+                    ms(8)
+                } else {
+                    Duration::from_micros(100)
+                });
+                tess_pulse::edf::wait_next_period();
+            }
+        },
+    )
+    .unwrap();
+    p.run().unwrap();
+    let me = std::process::id() as i32;
+    let pages = tess_stats::for_processes(stats.path(), &[me]);
+    let page = pages
+        .iter()
+        .find(|p| p.name == "pulse-edf")
+        .unwrap_or_else(|| panic!("no pulse-edf page in {pages:?}"));
+    assert_eq!(page.events, 20, "{page:?}");
+    assert!(page.misses >= 1, "{page:?}");
+    assert!(page.max_ns >= 8_000_000, "{page:?}");
+    assert_eq!(page.buckets.iter().sum::<u64>(), 20);
+}

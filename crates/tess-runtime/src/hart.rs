@@ -257,11 +257,18 @@ impl Windows {
                 clock::now_ns()
             };
             w.entered_ns = entered;
-            if w.start_ns > released {
+            let late = w.start_ns <= released;
+            if !late {
                 w.spin_ns = entered - released;
             } else {
                 w.spin_ns = 0;
                 shared.counters.late_windows.fetch_add(1, Ordering::Relaxed);
+            }
+            let published = shared
+                .windows_published
+                .get_or_init(|| tess_stats::Publisher::try_create("gang-window", None));
+            if let Some(p) = published {
+                p.record_judged(entered.saturating_sub(w.start_ns), late);
             }
             if entered >= w.end_ns {
                 // No room left in this window: give it back and take the next.

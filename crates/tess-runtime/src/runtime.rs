@@ -103,6 +103,9 @@ pub(crate) struct Shared {
     pub(crate) poll_interval_ns: u64,
     pub(crate) placement_timeout: Duration,
     pub(crate) counters: Counters,
+    /// The `gang-window` page (crate `tess-stats`): how late each vhart entered each window,
+    /// made at the first window so that runtimes without windows publish nothing.
+    pub(crate) windows_published: std::sync::OnceLock<Option<tess_stats::Publisher>>,
     local_seq: AtomicU64,
     /// Kernel thread ids of hart threads that retired and may still be exiting.
     pub(crate) retired_tids: Mutex<Vec<i32>>,
@@ -478,6 +481,7 @@ impl Builder {
             poll_interval_ns: tess_sched::clock::ns(self.poll_interval),
             placement_timeout: self.placement_timeout,
             counters: Counters::default(),
+            windows_published: std::sync::OnceLock::new(),
             local_seq: AtomicU64::new(0),
             retired_tids: Mutex::new(Vec::new()),
             harts: Mutex::new(harts),

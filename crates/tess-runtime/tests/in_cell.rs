@@ -136,6 +136,7 @@ fn run_in_cell(program: &Path, args: &[&str]) -> String {
     transcript.wait_for("adapt(2 -> 1)", 1);
     d.ok(&["cell", "resize", "gang", "--harts", "2"]);
     transcript.wait_for("adapt(1 -> 2)", 1);
+    assert_windows_published(&d);
     let out = child.wait_with_output().unwrap();
     let text = transcript.finish();
     assert!(
@@ -145,6 +146,39 @@ fn run_in_cell(program: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     text
+}
+
+/// The runtime publishes how late each vhart entered each window (crate tess-stats), where
+/// tessd's metrics and `tess top` find it by the cell's processes.
+fn assert_windows_published(d: &Daemon) {
+    let out = d.tess(&["cell", "show", "gang", "--json"]);
+    let cell: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let procs: Vec<i32> = cell["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{cell}"))
+        .iter()
+        .map(|p| p.as_i64().unwrap() as i32)
+        .collect();
+    // The page is made at the first window a vhart enters with work: poll for it.
+    let t0 = std::time::Instant::now();
+    let mut pages = Vec::new();
+    while t0.elapsed() < std::time::Duration::from_secs(5) {
+        pages = tess_stats::for_processes(&tess_stats::default_dir(), &procs);
+        if pages.iter().any(|p| p.name == "gang-window") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let page = pages
+        .iter()
+        .find(|p| p.name == "gang-window")
+        .unwrap_or_else(|| {
+            let all = tess_stats::pages(&tess_stats::default_dir());
+            panic!("no gang-window page for {procs:?} among {all:?}")
+        });
+    // Every window a vhart entered with work to do is an event.
+    assert!(page.events >= 1, "{page:?}");
+    assert_eq!(page.buckets.iter().sum::<u64>(), page.events, "{page:?}");
 }
 
 fn assert_gang_output(text: &str) {

@@ -222,6 +222,12 @@ fn run(args: Args) -> Result<()> {
     let socket = config.socket.clone();
     let metrics_listen = config.metrics_listen;
     let daemon = Arc::new(Daemon::new(Engine::start(config)?));
+    // Runtimes publish their misses and response times here (crate tess-stats); observers
+    // read them. Shared like /tmp, so that every user's runtimes can publish.
+    let stats_dir = tess_stats::default_dir();
+    if let Err(e) = tess_stats::ensure_dir(&stats_dir) {
+        tracing::warn!("runtimes cannot publish their statistics: {e}");
+    }
     let listener = tessd::server::bind(&socket)?;
     tracing::info!("listening on {}", socket.display());
 
@@ -241,6 +247,8 @@ fn run(args: Args) -> Result<()> {
                         daemon.background(|e| e.housekeep());
                         // Spinners may have been restarted: readers see their new pids.
                         daemon.refresh();
+                        // Pages of runtimes killed before they could remove them.
+                        tess_stats::sweep_stale(&stats_dir);
                         last_full = std::time::Instant::now();
                     } else {
                         daemon.background(|e| {

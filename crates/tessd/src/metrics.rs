@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 use tess_observe::kernel::Mounts;
 use tess_observe::prom::{self, Transactions};
+use tess_observe::snapshot::Sampler;
 use tess_proto::{Request, Response};
 
 /// tessd's request counters and latency histogram (one per process).
@@ -55,7 +56,9 @@ pub fn serve(addr: SocketAddr, socket: PathBuf) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("serving metrics on {addr}"))?;
     tracing::info!("metrics on http://{addr}/metrics");
-    let mounts = Mounts::detect();
+    // One scrape at a time, on this thread; the sampler keeps the kernel's files open between
+    // scrapes (tess_observe::kernel::Files).
+    let mut sampler = Sampler::new(Mounts::detect());
     std::thread::Builder::new()
         .name("tessd-metrics".into())
         .spawn(move || {
@@ -64,7 +67,7 @@ pub fn serve(addr: SocketAddr, socket: PathBuf) -> Result<()> {
                     .headers()
                     .iter()
                     .any(|h| h.field.equiv("Accept") && prom::wants_openmetrics(h.value.as_str()));
-                let resp = answer(req.url(), openmetrics, &socket, &mounts);
+                let resp = answer(req.url(), openmetrics, &socket, &mut sampler);
                 if let Err(e) = req.respond(resp) {
                     tracing::debug!("metrics client went away: {e}");
                 }
@@ -84,11 +87,11 @@ fn answer(
     url: &str,
     openmetrics: bool,
     socket: &std::path::Path,
-    mounts: &Mounts,
+    sampler: &mut Sampler,
 ) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
     let path = url.split('?').next().unwrap_or(url);
     match path {
-        "/metrics" => match tess_observe::snapshot::take(socket, mounts) {
+        "/metrics" => match sampler.take(socket) {
             Ok(s) => {
                 let text = prom::render(&s, Some(&TRANSACTIONS));
                 if openmetrics {

@@ -90,6 +90,11 @@ pub struct MusicArgs {
     /// Also record the synthesizer's 8 channels in scenario B (first round) to this WAV file.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Also record a kernel trace of scenario B (first round; 5 s from 3 s in) to this
+    /// Perfetto / Chrome trace JSON file, as `tess trace` does (root: tracefs). Tracing every
+    /// context switch adds overhead to that round: `scripts/demo` traces a separate, short run.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Only run these scenarios, from A B C D E (E runs the rogue neighbour with tess and on
     /// plain Linux); default all.
     #[arg(long, default_value = "ABCDE")]
@@ -306,6 +311,49 @@ struct Plan<'a> {
     shared: HartSet,
 }
 
+/// A kernel trace taken while a scenario runs (`--trace`), in a thread of its own.
+struct ScenarioTrace(std::thread::JoinHandle<anyhow::Result<(PathBuf, String)>>);
+
+impl ScenarioTrace {
+    /// Waits out the scenario's set-up and warm-up (3 s), then records up to 5 s of it.
+    fn start(out: PathBuf, scenario: Duration) -> ScenarioTrace {
+        let lead = Duration::from_secs(3);
+        let length = scenario
+            .saturating_sub(Duration::from_secs(1))
+            .min(Duration::from_secs(5));
+        ScenarioTrace(std::thread::spawn(move || {
+            std::thread::sleep(lead);
+            let mut client = tess_proto::Client::connect_default()?;
+            let mut cells = crate::cmd::trace::threads_by_cell(&mut client)?;
+            let inst = tess_observe::trace::Instance::create(8192)?;
+            let records = inst.record(length.max(Duration::from_millis(500)))?;
+            drop(inst);
+            cells.extend(crate::cmd::trace::threads_by_cell(&mut client)?);
+            let (trace, summary) = tess_observe::trace::chrome_trace(&records, &cells);
+            std::fs::write(&out, serde_json::to_string(&trace)?)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+            Ok((
+                out,
+                format!(
+                    "{} context switches, {} throttles",
+                    summary.switches, summary.throttles
+                ),
+            ))
+        }))
+    }
+
+    /// Waits for the trace and says where it is (or why there is none: tracing is extra).
+    fn finish(self) {
+        match self.0.join() {
+            Ok(Ok((out, what))) => {
+                eprintln!("trace of scenario B: {} ({what})", out.display())
+            }
+            Ok(Err(e)) => eprintln!("no trace of scenario B: {e:#}"),
+            Err(_) => eprintln!("no trace of scenario B: the tracing thread panicked"),
+        }
+    }
+}
+
 impl Plan<'_> {
     fn want(&self, c: char) -> bool {
         self.args.scenarios.to_ascii_uppercase().contains(c)
@@ -389,11 +437,21 @@ impl Plan<'_> {
                 s.apply(self.group2.clone())?;
             }
             if self.want('B') {
-                results.push(run(
+                let tracer = self
+                    .args
+                    .trace
+                    .clone()
+                    .filter(|_| round == 0)
+                    .map(|out| ScenarioTrace::start(out, self.duration));
+                let r = run(
                     "B",
                     "tess: synthesizer in its cell, interference in cells",
                     Interference::GROUP2,
-                )?);
+                );
+                if let Some(t) = tracer {
+                    t.finish();
+                }
+                results.push(r?);
             }
             if self.want('E') {
                 s.apply(self.rogue.clone())?;

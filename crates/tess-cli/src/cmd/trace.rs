@@ -34,7 +34,7 @@ pub struct TraceArgs {
 }
 
 /// Every thread tessd reports in a cell, by thread id.
-fn threads_by_cell(client: &mut Client) -> anyhow::Result<HashMap<i32, String>> {
+pub(crate) fn threads_by_cell(client: &mut Client) -> anyhow::Result<HashMap<i32, String>> {
     let Body::Cells { cells } = client.call(&Request::ListCells)? else {
         anyhow::bail!("tessd answered list-cells with something else");
     };

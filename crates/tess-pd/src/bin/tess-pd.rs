@@ -42,6 +42,34 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         harts: usize,
     },
+    /// Play a patch in real time: each block is released on the clock and must be done before
+    /// the next one is due (block / rate, 1.33 ms at 64 samples and 48 kHz). Prints the misses
+    /// and the response-time tail; publishes both to `tess top` and Prometheus while it plays
+    /// (the `pd` runtime of the cell it runs in). No audio device is used.
+    ///
+    /// Example: tess run --cell pd -- tess-pd play synth.pd --seconds 30 --harts 2 --strategy dynamic
+    Play {
+        /// The patch (.pd).
+        patch: PathBuf,
+        /// Seconds to play.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Sample rate in Hz.
+        #[arg(long, default_value_t = 48000)]
+        rate: u32,
+        /// Block size in samples (power of two, 16-1024).
+        #[arg(long, default_value_t = 64)]
+        block: usize,
+        /// Scheduling strategy.
+        #[arg(long, value_enum, default_value = "serial")]
+        strategy: Strategy,
+        /// Harts (threads) for the parallel strategies.
+        #[arg(long, default_value_t = 1)]
+        harts: usize,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the objects this engine implements.
     Objects,
 }
@@ -72,6 +100,40 @@ fn main() -> anyhow::Result<()> {
                 chans.len(),
                 chans.first().map(Vec::len).unwrap_or(0)
             );
+        }
+        Cmd::Play {
+            patch,
+            seconds,
+            rate,
+            block,
+            strategy,
+            harts,
+            json,
+        } => {
+            anyhow::ensure!(
+                seconds > 0.0 && seconds.is_finite(),
+                "--seconds must be positive"
+            );
+            let mut exec = Executor::new(strategy, harts);
+            let cfg = Config {
+                sample_rate: rate as f32,
+                block,
+            };
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop)
+                .with_context(|| format!("playing {}", patch.display()))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{} blocks of {:.0} us: {} misses ({} late, {} skipped)",
+                    r.blocks, r.period_us, r.misses, r.late, r.skipped
+                );
+                println!(
+                    "response (release to done), us: p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}; compute p50 {:.0}",
+                    r.p50_us, r.p99_us, r.p999_us, r.max_us, r.compute_p50_us
+                );
+            }
         }
         Cmd::Objects => {
             for c in tess_pd::objects::CLASSES {

@@ -82,11 +82,14 @@ pub(super) fn quota_of(quotas: &BTreeMap<u32, Quota>, config: &Config, uid: u32)
 
 /// What `tess cell show` prints for one cell: its definition and its live threads.
 pub(super) fn cell_info(c: &Cell, cgroups: &dyn Backend, spinners: &[i32]) -> CellInfo {
+    // Only cells with idle spinners need each thread's process looked up (a /proc read each).
     let threads = cgroups
         .threads(c.name())
         .unwrap_or_default()
         .into_iter()
-        .filter(|tid| !spinners.contains(&tess_sched::proc::tgid_of(*tid).unwrap_or(0)))
+        .filter(|tid| {
+            spinners.is_empty() || !spinners.contains(&tess_sched::proc::tgid_of(*tid).unwrap_or(0))
+        })
         .map(|tid| {
             let (affinity, sched) = threads::describe(tid);
             ThreadInfo {

@@ -25,7 +25,10 @@ use tess_proto::Client;
 Enter open the selected cell, Esc back, + / - refresh faster / slower.\n\n\
 Columns: GRANT and USED in hart-equivalents (1.00 = one whole hart); WAIT is the mean time a \
 thread waited for a CPU each time it got one; PRE/s counts involuntary switches (preemption, and \
-SCHED_DEADLINE throttling at budget exhaustion); THR the CFS periods the cell ran out of quota.\n\n\
+SCHED_DEADLINE throttling at budget exhaustion); MISS and P99 are what the cell's runtimes \
+report of themselves (the synthesizer, tess-pd play, Pulse EDF jobs, gang windows; '-' when none \
+publishes): deadline misses in the interval and the worst 99th-percentile response time; THR \
+the CFS periods the cell ran out of quota.\n\n\
 Examples:\n  tess top\n  tess top --sort used --filter audio\n  tess top --once --json | jq '.cells[] | {name, used_harts}'"
 )]
 pub struct TopArgs {
@@ -62,6 +65,10 @@ pub enum SortKey {
     Wait,
     /// Preemptions per second.
     Preempt,
+    /// Deadline misses its runtimes reported.
+    Misses,
+    /// The worst p99 response time its runtimes reported.
+    P99,
     /// Throttled periods.
     Throttled,
     /// Memory used.
@@ -77,7 +84,9 @@ impl SortKey {
             Used => Granted,
             Granted => Wait,
             Wait => Preempt,
-            Preempt => Throttled,
+            Preempt => Misses,
+            Misses => P99,
+            P99 => Throttled,
             Throttled => Memory,
             Memory => Name,
         }
@@ -104,6 +113,8 @@ pub fn arrange(view: &mut View, sort: SortKey, reverse: bool, filter: &str) {
             SortKey::Granted => c.granted_harts,
             SortKey::Wait => c.wait_per_slice_us.unwrap_or(0.0),
             SortKey::Preempt => c.involuntary_switches_per_s,
+            SortKey::Misses => c.misses().unwrap_or(0) as f64,
+            SortKey::P99 => c.p99_us().unwrap_or(0.0),
             SortKey::Throttled => c.throttled_periods.unwrap_or(0) as f64,
             SortKey::Memory => c.memory_bytes.unwrap_or(0) as f64,
         }
@@ -126,7 +137,7 @@ pub fn arrange(view: &mut View, sort: SortKey, reverse: bool, filter: &str) {
 /// A source of snapshots: one connection to tessd, reused across refreshes.
 pub struct Sampler {
     client: Client,
-    mounts: Mounts,
+    kernel: snapshot::Sampler,
     last: Snapshot,
 }
 
@@ -134,12 +145,12 @@ impl Sampler {
     /// Connects and takes the first snapshot.
     pub fn connect(socket: &Path) -> anyhow::Result<Sampler> {
         let mut client = Client::connect(socket)?;
-        let mounts = Mounts::detect();
+        let mut kernel = snapshot::Sampler::new(Mounts::detect());
         let (status, cells) = snapshot::query(&mut client)?;
-        let last = snapshot::sample(&status, &cells, &mounts);
+        let last = kernel.sample(&status, &cells);
         Ok(Sampler {
             client,
-            mounts,
+            kernel,
             last,
         })
     }
@@ -147,7 +158,7 @@ impl Sampler {
     /// Takes a snapshot and returns the view since the previous one.
     pub fn refresh(&mut self) -> anyhow::Result<View> {
         let (status, cells) = snapshot::query(&mut self.client)?;
-        let now = snapshot::sample(&status, &cells, &self.mounts);
+        let now = self.kernel.sample(&status, &cells);
         let view = rates::between(&self.last, &now);
         self.last = now;
         Ok(view)
@@ -220,6 +231,7 @@ mod tests {
             memory_bytes: Some(12 << 20),
             memory_limit_bytes: Some(256 << 20),
             threads: 2,
+            runtimes: vec![],
         }
     }
 

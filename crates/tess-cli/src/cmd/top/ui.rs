@@ -93,11 +93,22 @@ fn mem_text(c: &CellRate) -> String {
 }
 
 /// The cell table's columns: header and text of each cell.
-const HEADERS: [&str; 9] = [
-    "NAME", "POL", "HARTS", "GRANT", "USED", "WAIT", "PRE/s", "THR", "MEM",
+const HEADERS: [&str; 11] = [
+    "NAME", "POL", "HARTS", "GRANT", "USED", "WAIT", "PRE/s", "MISS", "P99", "THR", "MEM",
 ];
 
-fn cell_columns(c: &CellRate) -> [String; 9] {
+/// A time in us as at most 6 characters: `850us`, `12.3ms`, `4.1s`.
+fn short_time(us: f64) -> String {
+    if us < 1e4 {
+        format!("{us:.0}us")
+    } else if us < 1e6 {
+        format!("{:.1}ms", us / 1e3)
+    } else {
+        format!("{:.1}s", us / 1e6)
+    }
+}
+
+fn cell_columns(c: &CellRate) -> [String; 11] {
     [
         c.name.clone(),
         policy_short(&c.policy).into(),
@@ -107,6 +118,8 @@ fn cell_columns(c: &CellRate) -> [String; 9] {
         c.wait_per_slice_us
             .map_or("-".into(), |w| format!("{w:.0}us")),
         format!("{:.0}", c.involuntary_switches_per_s),
+        c.misses().map_or("-".into(), |m| m.to_string()),
+        c.p99_us().map_or("-".into(), short_time),
         c.throttled_periods.map_or("-".into(), |t| t.to_string()),
         mem_text(c),
     ]
@@ -219,8 +232,10 @@ pub fn draw(f: &mut Frame<'_>, app: &mut App) {
             Constraint::Length(5),
             Constraint::Length(7),
             Constraint::Length(6),
+            Constraint::Length(5),
+            Constraint::Length(6),
             Constraint::Length(4),
-            Constraint::Length(13),
+            Constraint::Length(12),
         ];
         let t = Table::new(rows, widths)
             .header(Row::new(HEADERS).style(Style::default().add_modifier(Modifier::REVERSED)))
@@ -261,7 +276,36 @@ fn centered(area: Rect, pct_w: u16, pct_h: u16) -> Rect {
 }
 
 /// The details of one cell, from tessd.
-fn details(sampler: &mut Sampler, name: &str) -> Vec<String> {
+fn details(sampler: &mut Sampler, view: Option<&View>, name: &str) -> Vec<String> {
+    let runtimes: Vec<String> = view
+        .and_then(|v| v.cells.iter().find(|c| c.name == name))
+        .map(|c| {
+            c.runtimes
+                .iter()
+                .map(|r| {
+                    format!(
+                        "  {:<12} pid {:<7} {:>7.0}/s  missed {} ({} in all)  p99 {}  deadline {}",
+                        r.name,
+                        r.pid,
+                        r.events_per_s,
+                        r.misses,
+                        r.misses_total,
+                        r.p99_us.map_or("-".into(), short_time),
+                        r.deadline_us.map_or("per event".into(), short_time),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut lines = cell_lines(sampler, name);
+    if !runtimes.is_empty() {
+        lines.push("runtimes (over the last refresh):".into());
+        lines.extend(runtimes);
+    }
+    lines
+}
+
+fn cell_lines(sampler: &mut Sampler, name: &str) -> Vec<String> {
     match sampler
         .client()
         .call(&Request::ShowCell { name: name.into() })
@@ -368,7 +412,7 @@ pub fn run(
                 KeyCode::Up | KeyCode::Char('k') => app.table.select_previous(),
                 KeyCode::Enter => {
                     if let Some(name) = app.selected_cell() {
-                        let lines = details(&mut sampler, &name);
+                        let lines = details(&mut sampler, app.view.as_ref(), &name);
                         app.detail = Some((name, lines));
                     }
                 }
