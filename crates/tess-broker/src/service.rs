@@ -111,7 +111,32 @@ struct Brokered {
     last_decision_ns: u64,
     status: CellStatus,
     decisions: VecDeque<DecisionRecord>,
+    /// Each decision period as `tess top` and Prometheus see it (crate `tess-stats`, runtime
+    /// `hb-CELL` under the broker's own cell): the mean time between the cell's heartbeats,
+    /// a miss when the rate fell below 95% of its target.
+    published: Option<tess_stats::Publisher>,
 }
+
+/// The page name of a brokered cell's heartbeats: `hb-` and the cell's name, in the
+/// characters a page name allows, at most 32 bytes.
+fn published_name(cell: &str) -> String {
+    let mut name: String = format!("hb-{cell}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(tess_stats::NAME_BYTES);
+    name
+}
+
+/// A decision period counts as on target at 95% of the target rate or more (as `tess bench
+/// pota` counts windows).
+pub const ON_TARGET: f64 = 0.95;
 
 /// The broker.
 #[derive(Debug)]
@@ -183,6 +208,7 @@ impl<C: Cells> Broker<C> {
         }
         Incoming::accept(&inc.conn);
         let _ = inc.conn.set_nonblocking(true);
+        let published = tess_stats::Publisher::try_create(&published_name(&cell), None);
         self.brokered.push(Brokered {
             status: CellStatus {
                 cell: cell.clone(),
@@ -197,6 +223,7 @@ impl<C: Cells> Broker<C> {
             pota: None,
             last_decision_ns: now_ns(),
             decisions: VecDeque::new(),
+            published,
         });
     }
 
@@ -237,6 +264,12 @@ impl<C: Cells> Broker<C> {
         b.status.beats = reading.count;
         b.status.measured_rate = rate;
         b.status.target_rate = reading.target_ns.map(|ns| 1e9 / ns as f64);
+        if let Some(p) = &b.published {
+            let window_ns = (elapsed_s * 1e9) as u64;
+            let interval_ns = window_ns / reading.new_count.max(1);
+            let missed = b.status.target_rate.is_some_and(|t| rate < ON_TARGET * t);
+            p.record_judged(interval_ns, missed);
+        }
         let record = |b: &mut Brokered, from: f64, to: f64, reason: &str, note: String| {
             if b.decisions.len() >= KEEP_DECISIONS {
                 b.decisions.pop_front();

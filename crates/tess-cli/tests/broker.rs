@@ -95,6 +95,7 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         .env("TESS_SOCKET", &d.socket)
         .spawn()
         .unwrap();
+    let broker_pid = broker.id() as i32;
     let mut kill = Kill(vec![broker]);
     // A target of 1 frame per second: far below what 3 ms per 10 ms moves, so the broker must
     // take budget away, down to the floor.
@@ -150,4 +151,21 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("enc") && text.contains("fixed"), "{text}");
+    // Each decision period is published (crate tess-stats) under the broker's process: the
+    // mean time between beats, a miss when the rate fell below 95% of the target (1/s here,
+    // far below what either cell beats).
+    let pages = tess_stats::for_processes(&tess_stats::default_dir(), &[broker_pid]);
+    for name in ["hb-enc", "hb-fixed"] {
+        let p = pages
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {pages:?}"));
+        assert!(p.events >= 1, "{p:?}");
+        assert_eq!(p.misses, 0, "{p:?}");
+        assert!(
+            p.max_ns < 1_000_000_000,
+            "beats every {} ns: {p:?}",
+            p.max_ns
+        );
+    }
 }

@@ -29,6 +29,9 @@ fn timeout() -> Option<Duration> {
 
 #[test]
 fn udp_datagrams_cross_the_service_both_ways() {
+    // The service publishes each flow's packets (crate tess-stats): into a private directory.
+    let stats = tempfile::tempdir().unwrap();
+    std::env::set_var("TESS_STATS_DIR", stats.path());
     let svc = service();
     let net = svc.net(Some("app"), 0);
     let mut s = net.udp_bind(any()).unwrap();
@@ -77,6 +80,17 @@ fn udp_datagrams_cross_the_service_both_ways() {
         .unwrap();
     let (n, _) = peer.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"abc");
+    // The app's flow: its packets, their bytes and their queueing, as tess top will show them.
+    let me = std::process::id() as i32;
+    let pages = tess_stats::for_processes(stats.path(), &[me]);
+    let page = pages
+        .iter()
+        .find(|p| p.name == "net-app")
+        .unwrap_or_else(|| panic!("no net-app page in {pages:?}"));
+    // ping, again and abc out; pong and signal in (at least).
+    assert!(page.events >= 5, "{page:?}");
+    assert!(page.bytes >= 4 + 5 + 3 + 4 + 6, "{page:?}");
+    assert_eq!(page.buckets.iter().sum::<u64>(), page.events);
     svc.stop().unwrap();
 }
 

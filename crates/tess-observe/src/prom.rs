@@ -14,9 +14,9 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::{Registry, Unit};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The Content-Type of [`render`]'s output (OpenMetrics text, which Prometheus asks for).
@@ -108,6 +108,20 @@ struct CountedHistogram {
 type Counted = (f64, u64, Vec<(f64, u64)>);
 
 impl CountedHistogram {
+    /// Sets sum (seconds) and per-bucket counts (not cumulative) under `bounds` (seconds; the
+    /// last count is the overflow).
+    fn set(&self, sum_s: f64, bounds: &[f64], buckets: &[u64]) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.2 = bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::MAX))
+            .zip(buckets.iter().copied())
+            .collect();
+        g.0 = sum_s;
+        g.1 = buckets.iter().sum();
+    }
+
     /// Adds a runtime's counts (seconds; per-bucket counts, not cumulative).
     fn add(&self, sum_s: f64, buckets: &[u64]) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,52 +169,112 @@ pub fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(10e-6, 2.0, 16)
 }
 
-fn latency_histogram() -> Histogram {
-    Histogram::new(latency_buckets())
+/// Operations [`Transactions`] keeps apart (tessd has about 20).
+const MAX_OPS: usize = 48;
+/// Buckets of [`latency_buckets`], plus the overflow.
+const TX_BUCKETS: usize = 17;
+
+/// One operation's counts: successes, failures, latency sum and buckets.
+#[derive(Debug, Default)]
+struct OpCounts {
+    op: std::sync::OnceLock<&'static str>,
+    ok: AtomicU64,
+    err: AtomicU64,
+    sum_ns: AtomicU64,
+    buckets: [AtomicU64; TX_BUCKETS],
 }
 
 /// tessd's requests: counted by operation and outcome, timed from decoded request to reply
 /// ready (waiting for the engine included).
-#[derive(Debug, Clone)]
+///
+/// Recording is a handful of relaxed atomic adds: every connection thread records every
+/// request, hundreds of them at once under load, and a lock here (a histogram behind a mutex)
+/// would make them take turns.
+#[derive(Debug)]
 pub struct Transactions {
-    count: Family<OpLabels, Counter>,
-    latency: Family<OpOnly, Histogram, fn() -> Histogram>,
+    ops: [OpCounts; MAX_OPS],
 }
 
 impl Default for Transactions {
     fn default() -> Self {
         Transactions {
-            count: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
+            ops: std::array::from_fn(|_| OpCounts::default()),
         }
     }
 }
 
 impl Transactions {
     /// Records one request `op` (e.g. `create-cell`) that took `took`, successful or not.
-    pub fn record(&self, op: &str, ok: bool, took: Duration) {
-        self.count
-            .get_or_create(&OpLabels {
-                op: op.to_string(),
-                result: if ok { "ok" } else { "error" }.to_string(),
-            })
-            .inc();
-        self.latency
-            .get_or_create(&OpOnly { op: op.to_string() })
-            .observe(took.as_secs_f64());
+    /// Operations beyond the first 48 distinct names are not counted.
+    pub fn record(&self, op: &'static str, ok: bool, took: Duration) {
+        let Some(c) = self.slot(op) else {
+            return;
+        };
+        if ok { &c.ok } else { &c.err }.fetch_add(1, Ordering::Relaxed);
+        let ns = took.as_nanos().min(u64::MAX as u128) as u64;
+        c.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        // Bounds 10 us doubling: the first bound at or above `ns`.
+        let i = latency_buckets()
+            .position(|b| ns as f64 <= b * 1e9)
+            .unwrap_or(TX_BUCKETS - 1);
+        c.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn slot(&self, op: &'static str) -> Option<&OpCounts> {
+        for c in &self.ops {
+            match c.op.get() {
+                Some(o) if *o == op => return Some(c),
+                Some(_) => continue,
+                None => {
+                    // Claim the slot, or find that another thread just claimed it for `op`.
+                    let _ = c.op.set(op);
+                    if c.op.get() == Some(&op) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        None
     }
 
     fn register(&self, r: &mut Registry) {
+        let count = Family::<OpLabels, Counter>::default();
+        let latency = Family::<OpOnly, CountedHistogram>::default();
+        let bounds: Vec<f64> = latency_buckets().collect();
+        for c in &self.ops {
+            let Some(op) = c.op.get() else { break };
+            for (result, n) in [("ok", &c.ok), ("error", &c.err)] {
+                let n = n.load(Ordering::Relaxed);
+                if n > 0 {
+                    count
+                        .get_or_create(&OpLabels {
+                            op: op.to_string(),
+                            result: result.to_string(),
+                        })
+                        .inc_by(n);
+                }
+            }
+            let buckets: Vec<u64> = c
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect();
+            latency.get_or_create(&OpOnly { op: op.to_string() }).set(
+                c.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                &bounds,
+                &buckets,
+            );
+        }
         r.register(
             "transactions",
             "Requests tessd answered, by operation and result",
-            self.count.clone(),
+            count,
         );
         r.register_with_unit(
             "transaction_duration",
             "Time from a decoded request to its reply, waiting for the engine included",
             Unit::Seconds,
-            self.latency.clone(),
+            latency,
         );
     }
 }
@@ -266,6 +340,12 @@ fn render_runtimes(r: &mut Registry, s: &Snapshot) {
         "The deadline a runtime's events are judged against (absent when it varies per event)",
         Some(Unit::Seconds),
     );
+    let bytes = counter::<RuntimeLabels>(
+        r,
+        "runtime",
+        "Bytes a runtime's events carried: the packets a network service moved for a reservation",
+        Some(Unit::Bytes),
+    );
     let response = Family::<RuntimeLabels, CountedHistogram>::default();
     r.register_with_unit(
         "runtime_response",
@@ -282,6 +362,9 @@ fn render_runtimes(r: &mut Registry, s: &Snapshot) {
             };
             events.get_or_create(&l).inc_by(rt.events as f64);
             misses.get_or_create(&l).inc_by(rt.misses as f64);
+            if rt.bytes > 0 {
+                bytes.get_or_create(&l).inc_by(rt.bytes as f64);
+            }
             if rt.deadline_ns > 0 {
                 deadline.get_or_create(&l).set(rt.deadline_ns as f64 / 1e9);
             }
@@ -540,6 +623,7 @@ mod tests {
             misses: 1,
             sum_ns: 4_000_000_000,
             max_ns: 1_900_000_000,
+            bytes: 0,
             buckets,
         }];
         let text = to_text_format(&render(&s, None));

@@ -50,6 +50,9 @@ pub struct RuntimeRate {
     pub events_per_s: f64,
     /// Events past their deadline in the interval.
     pub misses: u64,
+    /// Bytes its events carried per second (network services).
+    #[serde(default)]
+    pub bytes_per_s: f64,
     /// Events past their deadline since it started.
     pub misses_total: u64,
     /// The 99th percentile of its response times in the interval, us (a bucket bound: within
@@ -94,6 +97,7 @@ fn runtime_rate(now: &RuntimeSample, before: Option<&RuntimeSample>, dt: f64) ->
         pid: now.pid,
         events_per_s: per_s(now.events as f64, before.map_or(0, |b| b.events) as f64, dt),
         misses: now.misses - before.map_or(0, |b| b.misses.min(now.misses)),
+        bytes_per_s: per_s(now.bytes as f64, before.map_or(0, |b| b.bytes) as f64, dt),
         misses_total: now.misses,
         p99_us: tess_stats::quantile(&delta, 0.99, now.max_ns).map(|ns| ns as f64 / 1e3),
         deadline_us: (now.deadline_ns > 0).then(|| now.deadline_ns as f64 / 1e3),
@@ -287,6 +291,7 @@ mod tests {
             misses,
             sum_ns: 0,
             max_ns: 3_000_000,
+            bytes: 0,
             buckets,
         }
     }

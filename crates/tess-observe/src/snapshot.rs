@@ -90,6 +90,9 @@ pub struct RuntimeSample {
     pub sum_ns: u64,
     /// Largest response time, ns.
     pub max_ns: u64,
+    /// Bytes its events carried (a network service's packets; counter).
+    #[serde(default)]
+    pub bytes: u64,
     /// Response-time bucket counts (`tess_stats::BOUNDS_NS`, then the overflow; counters).
     pub buckets: Vec<u64>,
 }
@@ -104,6 +107,7 @@ impl From<tess_stats::Published> for RuntimeSample {
             misses: p.misses,
             sum_ns: p.sum_ns,
             max_ns: p.max_ns,
+            bytes: p.bytes,
             buckets: p.buckets,
         }
     }

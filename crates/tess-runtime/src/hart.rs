@@ -114,6 +114,31 @@ struct Windows {
 const MIN_SPAN: u32 = 8;
 const MAX_SPAN: u32 = 1024;
 
+/// Publishes a vhart's entry into window `index` (crate `tess-stats`): how late it entered
+/// (`gang-window`), and how long after the gang's first vhart (`gang-skew`, from the second
+/// vhart of a window on). Two vharts that both see themselves first record no skew, which can
+/// only happen when they entered together.
+fn publish_entry(shared: &Shared, index: u64, late_ns: u64, late: bool, entered: u64) {
+    let pages = shared.windows_published.get_or_init(|| {
+        (
+            tess_stats::Publisher::try_create("gang-window", None),
+            tess_stats::Publisher::try_create("gang-skew", None),
+        )
+    });
+    if let Some(p) = &pages.0 {
+        p.record_judged(late_ns, late);
+    }
+    let first = &shared.window_first;
+    if first.index.load(Ordering::Acquire) == index {
+        if let Some(p) = &pages.1 {
+            p.record(entered.saturating_sub(first.entered_ns.load(Ordering::Relaxed)));
+        }
+    } else {
+        first.entered_ns.store(entered, Ordering::Relaxed);
+        first.index.store(index, Ordering::Release);
+    }
+}
+
 /// This thread's `SCHED_DEADLINE` budget, if it is a deadline thread.
 fn deadline_budget() -> Option<u64> {
     match attr::get_policy(0) {
@@ -264,12 +289,13 @@ impl Windows {
                 w.spin_ns = 0;
                 shared.counters.late_windows.fetch_add(1, Ordering::Relaxed);
             }
-            let published = shared
-                .windows_published
-                .get_or_init(|| tess_stats::Publisher::try_create("gang-window", None));
-            if let Some(p) = published {
-                p.record_judged(entered.saturating_sub(w.start_ns), late);
-            }
+            publish_entry(
+                shared,
+                index,
+                entered.saturating_sub(w.start_ns),
+                late,
+                entered,
+            );
             if entered >= w.end_ns {
                 // No room left in this window: give it back and take the next.
                 self.window = Some(w);

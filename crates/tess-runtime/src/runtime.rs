@@ -68,6 +68,26 @@ pub struct Stats {
     pub spin_ns: u64,
 }
 
+/// The gang's pages: entry lateness, and skew behind the window's first vhart.
+pub(crate) type GangPages = (Option<tess_stats::Publisher>, Option<tess_stats::Publisher>);
+
+/// Window `index` was first entered at `entered_ns` (the index is stored last, with Release,
+/// so that a vhart that reads it with Acquire also reads the matching time).
+#[derive(Debug)]
+pub(crate) struct WindowFirst {
+    pub(crate) index: AtomicU64,
+    pub(crate) entered_ns: AtomicU64,
+}
+
+impl Default for WindowFirst {
+    fn default() -> Self {
+        WindowFirst {
+            index: AtomicU64::new(u64::MAX),
+            entered_ns: AtomicU64::new(0),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) windows: AtomicU64,
@@ -103,9 +123,12 @@ pub(crate) struct Shared {
     pub(crate) poll_interval_ns: u64,
     pub(crate) placement_timeout: Duration,
     pub(crate) counters: Counters,
-    /// The `gang-window` page (crate `tess-stats`): how late each vhart entered each window,
-    /// made at the first window so that runtimes without windows publish nothing.
-    pub(crate) windows_published: std::sync::OnceLock<Option<tess_stats::Publisher>>,
+    /// The `gang-window` and `gang-skew` pages (crate `tess-stats`): how late each vhart
+    /// entered each window, and how long after the window's first vhart; made at the first
+    /// window so that runtimes without windows publish nothing.
+    pub(crate) windows_published: std::sync::OnceLock<GangPages>,
+    /// The latest window a vhart entered, and when the first one did.
+    pub(crate) window_first: WindowFirst,
     local_seq: AtomicU64,
     /// Kernel thread ids of hart threads that retired and may still be exiting.
     pub(crate) retired_tids: Mutex<Vec<i32>>,
@@ -482,6 +505,7 @@ impl Builder {
             placement_timeout: self.placement_timeout,
             counters: Counters::default(),
             windows_published: std::sync::OnceLock::new(),
+            window_first: WindowFirst::default(),
             local_seq: AtomicU64::new(0),
             retired_tids: Mutex::new(Vec::new()),
             harts: Mutex::new(harts),

@@ -148,8 +148,9 @@ fn run_in_cell(program: &Path, args: &[&str]) -> String {
     text
 }
 
-/// The runtime publishes how late each vhart entered each window (crate tess-stats), where
-/// tessd's metrics and `tess top` find it by the cell's processes.
+/// The runtime publishes how late each vhart entered each window and how long after the
+/// window's first vhart (crate tess-stats), where tessd's metrics and `tess top` find them by
+/// the cell's processes.
 fn assert_windows_published(d: &Daemon) {
     let out = d.tess(&["cell", "show", "gang", "--json"]);
     let cell: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -159,26 +160,30 @@ fn assert_windows_published(d: &Daemon) {
         .iter()
         .map(|p| p.as_i64().unwrap() as i32)
         .collect();
-    // The page is made at the first window a vhart enters with work: poll for it.
+    // The pages are made at the first window a vhart enters with work: poll for both.
     let t0 = std::time::Instant::now();
     let mut pages = Vec::new();
+    let events = |pages: &[tess_stats::Published], name: &str| {
+        pages
+            .iter()
+            .find(|p| p.name == name)
+            .map_or(0, |p| p.events)
+    };
     while t0.elapsed() < std::time::Duration::from_secs(5) {
         pages = tess_stats::for_processes(&tess_stats::default_dir(), &procs);
-        if pages.iter().any(|p| p.name == "gang-window") {
+        if events(&pages, "gang-window") > 0 && events(&pages, "gang-skew") > 0 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let page = pages
-        .iter()
-        .find(|p| p.name == "gang-window")
-        .unwrap_or_else(|| {
+    for name in ["gang-window", "gang-skew"] {
+        let page = pages.iter().find(|p| p.name == name).unwrap_or_else(|| {
             let all = tess_stats::pages(&tess_stats::default_dir());
-            panic!("no gang-window page for {procs:?} among {all:?}")
+            panic!("no {name} page for {procs:?} among {all:?}")
         });
-    // Every window a vhart entered with work to do is an event.
-    assert!(page.events >= 1, "{page:?}");
-    assert_eq!(page.buckets.iter().sum::<u64>(), page.events, "{page:?}");
+        assert!(page.events >= 1, "{page:?}");
+        assert_eq!(page.buckets.iter().sum::<u64>(), page.events, "{page:?}");
+    }
 }
 
 fn assert_gang_output(text: &str) {

@@ -18,6 +18,7 @@
 //! word 3      deadline, ns (0: none)     word 8      buckets (42)
 //! word 4      events                     words 9-12  name, UTF-8, NUL-padded (32 bytes)
 //! word 13     publisher's start time (field 22 of /proc/PID/stat, clock ticks since boot)
+//! word 14     bytes the events carried (a network service's packets; 0 for most runtimes)
 //! words 16-57 bucket counts: bucket i counts times <= BOUNDS_NS[i]; bucket 41 the rest
 //! ```
 //! Bucket bounds grow by a factor of sqrt(2) from 1.024 us to 1.07 s, so any quantile read from
@@ -73,6 +74,7 @@ const W_MAX: usize = 7;
 const W_BUCKETS: usize = 8;
 const W_NAME: usize = 9;
 const W_START: usize = 13;
+const W_BYTES: usize = 14;
 const W_HIST: usize = 16;
 const WORDS: usize = PAGE_BYTES / 8;
 
@@ -308,6 +310,14 @@ impl Publisher {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Records one event that carried `bytes` (a packet a network service moved) and waited
+    /// `ns` (its queueing), a miss when `missed`.
+    #[inline]
+    pub fn record_bytes(&self, ns: u64, missed: bool, bytes: u64) {
+        self.word(W_BYTES).fetch_add(bytes, Ordering::Relaxed);
+        self.record_judged(ns, missed);
+    }
+
     /// Where the page lives.
     pub fn path(&self) -> &Path {
         &self.path
@@ -386,6 +396,8 @@ pub struct Published {
     pub max_ns: u64,
     /// When the publisher started (clock ticks since boot, as `/proc/PID/stat` says).
     pub start_time: u64,
+    /// Bytes its events carried.
+    pub bytes: u64,
     /// Bucket counts ([`BOUNDS_NS`], then the overflow).
     pub buckets: Vec<u64>,
 }
@@ -464,6 +476,7 @@ pub fn parse(bytes: &[u8]) -> Result<Published, StatsError> {
         sum_ns: w(W_SUM),
         max_ns: w(W_MAX),
         start_time: w(W_START),
+        bytes: w(W_BYTES),
         buckets: (0..BUCKETS).map(|i| w(W_HIST + i)).collect(),
     })
 }
@@ -619,6 +632,16 @@ mod tests {
         assert_eq!(r.name, "synth");
         assert_eq!(r.pid, std::process::id() as i32);
         assert_eq!(r, p.read_back());
+    }
+
+    #[test]
+    fn bytes_are_counted_beside_the_events() {
+        let d = tempfile::tempdir().unwrap();
+        let p = Publisher::create_in(d.path(), "net-synth", None).unwrap();
+        p.record_bytes(20_000, false, 1500);
+        p.record_bytes(90_000, true, 64);
+        let r = p.read_back();
+        assert_eq!((r.events, r.misses, r.bytes), (2, 1, 1564));
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn op_name(req: &Request) -> &'static str {
 }
 
 /// Records one answered request.
-pub fn record(op: &str, resp: &Response, took: Duration) {
+pub fn record(op: &'static str, resp: &Response, took: Duration) {
     TRANSACTIONS.record(op, matches!(resp, Response::Ok { .. }), took);
 }
 

@@ -17,6 +17,8 @@ use tess_sched::clock;
 /// A batch in progress: the entity, its phase, and the link time used so far.
 struct Batch {
     entity: EntityId,
+    /// The flow whose session the batch serves.
+    flow: usize,
     phase: Phase,
     latency_ns: Option<u64>,
     /// Oldest arrival among the entity's other sessions (for its head between packets).
@@ -60,6 +62,7 @@ impl Service {
         let flow = self.sessions[i].as_ref().map(|s| s.flow).unwrap_or(0);
         let mut b = Batch {
             entity,
+            flow,
             phase,
             latency_ns: self.flows.get(flow).latency_ns,
             others,
@@ -127,6 +130,9 @@ impl Service {
         self.sched.set_head(b.entity, head);
         if late {
             self.note_late(b.entity);
+        }
+        if let Some(p) = &self.flows.get(b.flow).published {
+            p.record_bytes(now.saturating_sub(arrival), late, bits / 8);
         }
         if next_arrival.is_none()
             || b.used_ns >= clock::ns(self.cfg.quantum) as f64

@@ -33,6 +33,28 @@ pub struct Flow {
     window_start: Totals,
     /// Rates over the last window.
     pub rates: Rates,
+    /// Its packets as tess top and Prometheus see them (crate `tess-stats`): one event per
+    /// packet, its queueing (arrival to served) as the response time, late ones as misses, and
+    /// its bytes. The page goes with the row.
+    pub published: Option<std::sync::Arc<tess_stats::Publisher>>,
+}
+
+/// The runtime name a flow publishes under: `net-` and its cell (or `pid-N`), in the characters
+/// a page name allows, at most 32 bytes.
+pub fn published_name(key: &str) -> String {
+    let rest = key.strip_prefix("cell:").unwrap_or(key);
+    let mut name: String = format!("net-{rest}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(tess_stats::NAME_BYTES);
+    name
 }
 
 /// All flows, the best-effort entity, and admission.
@@ -112,6 +134,8 @@ impl Flows {
             totals: Totals::default(),
             window_start: Totals::default(),
             rates: Rates::default(),
+            published: tess_stats::Publisher::try_create(&published_name(key), None)
+                .map(std::sync::Arc::new),
         };
         let i = match self.rows.iter().position(Option::is_none) {
             Some(i) => {
@@ -321,6 +345,15 @@ mod tests {
             reservation: Throughput::bits(bps),
             ..QosSpec::default()
         }
+    }
+
+    #[test]
+    fn flows_publish_under_their_cells_name() {
+        assert_eq!(published_name("cell:music-synth"), "net-music-synth");
+        assert_eq!(published_name("pid:4242"), "net-pid-4242");
+        assert_eq!(published_name("cell:a.b"), "net-a-b");
+        let long = published_name(&format!("cell:{}", "x".repeat(40)));
+        assert_eq!(long.len(), tess_stats::NAME_BYTES);
     }
 
     #[test]

@@ -283,8 +283,13 @@ fn details(sampler: &mut Sampler, view: Option<&View>, name: &str) -> Vec<String
             c.runtimes
                 .iter()
                 .map(|r| {
+                    let bytes = if r.bytes_per_s > 0.0 {
+                        format!("  {}/s", format_bytes(r.bytes_per_s as u64))
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "  {:<12} pid {:<7} {:>7.0}/s  missed {} ({} in all)  p99 {}  deadline {}",
+                        "  {:<12} pid {:<7} {:>7.0}/s{bytes}  missed {} ({} in all)  p99 {}  deadline {}",
                         r.name,
                         r.pid,
                         r.events_per_s,
