@@ -46,7 +46,8 @@ enum Command {
     /// Watch cells keep their guarantees live: CPU granted vs used, waits, preemption and
     /// throttling per cell, busy and admission headroom per hart (`--once --json` for scripts).
     Top(cmd::top::TopArgs),
-    /// Record which cell ran on which hart, and throttling, as a Chrome / Perfetto trace.
+    /// Record which cell ran on which hart, throttling, and runtimes' events and misses, as a
+    /// Chrome / Perfetto trace.
     Trace(cmd::trace::TraceArgs),
     /// Serve a live, read-only dashboard of cells and harts on localhost.
     Web(cmd::web::WebArgs),

@@ -315,7 +315,18 @@ fn trace_writes_chrome_json_with_cells_slices_and_throttles() {
     let d = Daemon::start();
     let mut reaper = Reaper::default();
     cells_with_work(&d, &mut reaper);
-    std::thread::sleep(Duration::from_millis(200));
+    // A runtime in the batch cell: its blocks become spans in the trace.
+    let patch = d.manifest("sine.pd", SINE_PATCH);
+    let player = Command::new(common::tess_bin())
+        .args(["run", "--cell", "batch", "--"])
+        .arg(common::tess_bin().with_file_name("tess-pd"))
+        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.push(player);
+    std::thread::sleep(Duration::from_millis(500));
     let out = d.dir.path().join("trace.json");
     let s = d.json(&[
         "trace",
@@ -333,6 +344,8 @@ fn trace_writes_chrome_json_with_cells_slices_and_throttles() {
     let synth = &sum["cells"]["synth"];
     assert!(synth["slices"].as_u64().unwrap_or(0) > 10, "{s}");
     assert!(synth["throttles"].as_u64().unwrap_or(0) > 10, "{s}");
+    // tess-pd play's 750 blocks a second, each a span on the thread that computed it.
+    assert!(sum["runtime_events"].as_u64().unwrap_or(0) > 100, "{s}");
 
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -343,6 +356,18 @@ fn trace_writes_chrome_json_with_cells_slices_and_throttles() {
     assert!(events
         .iter()
         .any(|e| e["ph"] == "M" && e["args"]["name"] == "harts"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["cat"] == "runtime" && e["name"] == "pd" && e["dur"].as_f64() > Some(0.0)),
+        "no pd spans"
+    );
+    // The tracer withdrew its request from the runtime's page.
+    for p in tess_stats::pages(&tess_stats::default_dir()) {
+        if let Ok(page) = tess_stats::read_file(&p.path) {
+            assert_eq!(page.tracer, 0, "{page:?}");
+        }
+    }
     // The Trace Event Format's required fields, with the types viewers expect.
     for e in events {
         let ph = e["ph"].as_str().expect("ph");

@@ -16,6 +16,14 @@
 //!   was switched out while still runnable: its budget ran out (or an earlier deadline arrived;
 //!   the tracepoint cannot tell the two apart).
 //!
+//! - for every event a runtime published while the trace ran (crate `tess-stats`: the
+//!   synthesizer's answers, `tess-pd play`'s blocks, Pulse's EDF jobs, gang-window entries, the
+//!   network service's packets, the broker's decision periods), a complete event on the thread
+//!   that recorded it, named after the runtime and spanning its response time (or, for a gang
+//!   window, the vhart's lateness into it), and an instant `missed` when it missed its
+//!   deadline. The tracer asks each runtime for them through its page; the runtime then writes
+//!   one line per event to this instance's `trace_marker` until the trace ends.
+//!
 //! The format is the Trace Event Format (`{"traceEvents": [...]}`, times in microseconds) that
 //! ui.perfetto.dev and chrome://tracing open.
 
@@ -58,12 +66,57 @@ pub enum Record {
         /// Time charged, ns.
         runtime_ns: u64,
     },
+    /// A runtime's event, written to the instance's `trace_marker` when it was recorded.
+    Mark(Mark),
+}
+
+/// One runtime event (`tess-stats NAME RESPONSE_NS MISSED` in the trace marker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// When it was recorded (its end), seconds.
+    pub ts_s: f64,
+    /// The thread that recorded it.
+    pub tid: i32,
+    /// The runtime (`synth`, `pd`, `pulse-edf`, `gang-window`, ...).
+    pub runtime: String,
+    /// Its response time, ns.
+    pub response_ns: u64,
+    /// Whether it missed its deadline.
+    pub missed: bool,
+}
+
+/// Parses a runtime's marker line.
+///
+/// ```text
+///            synth-4242    [001] ..... 12345.678901: tracing_mark_write: tess-stats synth 700000 0
+/// ```
+pub fn parse_mark(line: &str) -> Option<Mark> {
+    let (head, body) = line.split_once(": tracing_mark_write: tess-stats ")?;
+    let task = head[..head.rfind('[')?].trim();
+    let tid = task.rsplit_once('-')?.1.parse().ok()?;
+    let ts_s = head
+        .rsplit(' ')
+        .next()?
+        .trim_end_matches(':')
+        .parse()
+        .ok()?;
+    let mut f = body.split_whitespace();
+    Some(Mark {
+        ts_s,
+        tid,
+        runtime: f.next()?.to_string(),
+        response_ns: f.next()?.parse().ok()?,
+        missed: f.next()? == "1",
+    })
 }
 
 /// Parses one line of the `trace` file into a [`Record`] (`None` for other lines).
 pub fn parse_record(line: &str) -> Option<Record> {
     if let Some(s) = parse_switch(line) {
         return Some(Record::Switch(s));
+    }
+    if let Some(m) = parse_mark(line) {
+        return Some(Record::Mark(m));
     }
     let (_, body) = line.split_once(": sched_stat_runtime: ")?;
     Some(Record::Runtime {
@@ -128,6 +181,10 @@ pub struct Summary {
     pub throttles: usize,
     /// Per cell: run slices, CPU seconds and throttles.
     pub cells: BTreeMap<String, CellTotals>,
+    /// Events runtimes published while the trace ran (on threads of cells).
+    pub runtime_events: usize,
+    /// Those that missed their deadline.
+    pub runtime_misses: usize,
 }
 
 /// One cell's totals over the trace.
@@ -150,7 +207,7 @@ pub fn chrome_trace(records: &[Record], cells: &HashMap<i32, String>) -> (Value,
         .iter()
         .filter_map(|r| match r {
             Record::Switch(s) => Some(s),
-            Record::Runtime { .. } => None,
+            Record::Runtime { .. } | Record::Mark(_) => None,
         })
         .collect();
     let mut names: Vec<&String> = cells.values().collect();
@@ -184,6 +241,21 @@ pub fn chrome_trace(records: &[Record], cells: &HashMap<i32, String>) -> (Value,
                 if cells.contains_key(pid) {
                     *charged.entry(*pid).or_default() += runtime_ns;
                 }
+                continue;
+            }
+            Record::Mark(m) => {
+                let Some(cell) = cells.get(&m.tid) else {
+                    continue;
+                };
+                let pid = pid_of[cell.as_str()];
+                let dur = m.response_ns as f64 / 1e3;
+                let end = us(m.ts_s);
+                events.push(json!({"ph": "X", "name": m.runtime, "cat": "runtime", "pid": pid, "tid": m.tid, "ts": (end - dur).max(0.0), "dur": dur.min(end.max(0.0)), "args": {"response_us": dur, "missed": m.missed}}));
+                if m.missed {
+                    events.push(json!({"ph": "i", "s": "t", "name": "missed", "cat": "miss", "pid": pid, "tid": m.tid, "ts": end, "args": {"runtime": m.runtime, "response_us": dur}}));
+                    summary.runtime_misses += 1;
+                }
+                summary.runtime_events += 1;
                 continue;
             }
             Record::Switch(s) => s,
@@ -294,10 +366,20 @@ impl Instance {
         Ok(text.lines().filter_map(parse_record).collect())
     }
 
-    /// Records for `d`.
+    /// Records for `d`; the runtimes publishing now (crate `tess-stats`) write their events
+    /// to this instance's `trace_marker` meanwhile.
     pub fn record(&self, d: Duration) -> anyhow::Result<Vec<Record>> {
+        let pages = tess_stats::pages(&tess_stats::default_dir());
         self.start()?;
+        let me = std::process::id();
+        let asked: Vec<_> = pages
+            .iter()
+            .filter(|p| tess_stats::request_trace(&p.path, me).is_ok())
+            .collect();
         std::thread::sleep(d);
+        for p in asked {
+            let _ = tess_stats::request_trace(&p.path, 0);
+        }
         self.stop()
     }
 }
@@ -364,6 +446,36 @@ mod tests {
         assert!(ev
             .iter()
             .any(|e| e["ph"] == "i" && e["name"] == "throttled"));
+    }
+
+    #[test]
+    fn runtime_events_become_spans_and_misses_on_their_threads() {
+        let text = "\
+            bash-1200    [001] d..2.   100.000000: sched_switch: prev_comm=bash prev_pid=1200 prev_prio=120 prev_state=S ==> next_comm=sh x next_pid=42 next_prio=-1
+            sh x-42      [001] .....   100.001000: tracing_mark_write: tess-stats synth 700000 0
+            sh x-42      [001] .....   100.003000: tracing_mark_write: tess-stats synth 1600000 1
+           other-7       [000] .....   100.003500: tracing_mark_write: tess-stats pd 10000 1
+";
+        let m = parse_mark(text.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(
+            (m.tid, m.runtime.as_str(), m.response_ns, m.missed),
+            (42, "synth", 700_000, false)
+        );
+        let cells = HashMap::from([(42, "synth".to_string())]);
+        let (trace, sum) = chrome_trace(&records(text), &cells);
+        // Thread 7 is in no cell: its event is not shown.
+        assert_eq!((sum.runtime_events, sum.runtime_misses), (2, 1));
+        let ev = trace["traceEvents"].as_array().unwrap();
+        let spans: Vec<&Value> = ev.iter().filter(|e| e["cat"] == "runtime").collect();
+        assert_eq!(spans.len(), 2);
+        // The second answer ended at 3000 us and took 1600 us.
+        assert!(
+            (spans[1]["ts"].as_f64().unwrap() - 1400.0).abs() < 1e-6,
+            "{}",
+            spans[1]
+        );
+        assert!((spans[1]["dur"].as_f64().unwrap() - 1600.0).abs() < 1e-6);
+        assert!(ev.iter().any(|e| e["name"] == "missed" && e["tid"] == 42));
     }
 
     #[test]

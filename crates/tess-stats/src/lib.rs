@@ -19,6 +19,8 @@
 //! word 4      events                     words 9-12  name, UTF-8, NUL-padded (32 bytes)
 //! word 13     publisher's start time (field 22 of /proc/PID/stat, clock ticks since boot)
 //! word 14     bytes the events carried (a network service's packets; 0 for most runtimes)
+//! word 15     a `tess trace` that wants the events: its pid (its tracefs instance is
+//!             `tess-PID`); 0: none. Written by the tracer (root), read by the publisher.
 //! words 16-57 bucket counts: bucket i counts times <= BOUNDS_NS[i]; bucket 41 the rest
 //! ```
 //! Bucket bounds grow by a factor of sqrt(2) from 1.024 us to 1.07 s, so any quantile read from
@@ -75,6 +77,7 @@ const W_BUCKETS: usize = 8;
 const W_NAME: usize = 9;
 const W_START: usize = 13;
 const W_BYTES: usize = 14;
+const W_TRACE: usize = 15;
 const W_HIST: usize = 16;
 const WORDS: usize = PAGE_BYTES / 8;
 
@@ -178,6 +181,20 @@ pub struct Publisher {
     words: NonNull<AtomicU64>,
     path: PathBuf,
     deadline_ns: u64,
+    name: [u8; NAME_BYTES],
+    name_len: usize,
+    marker: Marker,
+}
+
+/// The `trace_marker` of the tracefs instance that asked for this runtime's events.
+#[derive(Debug)]
+struct Marker {
+    /// Its file descriptor (-1: none open).
+    fd: std::sync::atomic::AtomicI32,
+    /// The tracer it was opened for (0: none).
+    tracer: AtomicU64,
+    /// Threads writing to `fd` right now (it is closed only when none is).
+    writers: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: the mapping is only ever accessed through `AtomicU64`s, which may be shared and sent
@@ -253,13 +270,20 @@ impl Publisher {
         }
         let words = NonNull::new(map.cast::<AtomicU64>()).expect("mmap never returns null");
         let deadline_ns = deadline.map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64);
+        let mut name_words = [0u8; NAME_BYTES];
+        name_words[..name.len()].copy_from_slice(name.as_bytes());
         let p = Publisher {
             words,
             path,
             deadline_ns,
+            name: name_words,
+            name_len: name.len(),
+            marker: Marker {
+                fd: std::sync::atomic::AtomicI32::new(-1),
+                tracer: AtomicU64::new(0),
+                writers: std::sync::atomic::AtomicUsize::new(0),
+            },
         };
-        let mut name_words = [0u8; NAME_BYTES];
-        name_words[..name.len()].copy_from_slice(name.as_bytes());
         for (i, chunk) in name_words.chunks_exact(8).enumerate() {
             p.word(W_NAME + i).store(
                 u64::from_le_bytes(chunk.try_into().unwrap()),
@@ -308,6 +332,63 @@ impl Publisher {
         self.word(W_MAX).fetch_max(ns, Ordering::Relaxed);
         self.word(W_HIST + bucket_of(ns))
             .fetch_add(1, Ordering::Relaxed);
+        let tracer = self.word(W_TRACE).load(Ordering::Relaxed);
+        if tracer != 0 || self.marker.tracer.load(Ordering::Relaxed) != 0 {
+            self.trace(tracer, ns, missed);
+        }
+    }
+
+    /// While a `tess trace` asks for it (word 15), writes each event to its tracefs
+    /// instance's `trace_marker` as `tess-stats NAME RESPONSE_NS MISSED`: one system call per
+    /// event, only while tracing. The thread that first sees a new tracer (or none) switches
+    /// the marker; events recorded meanwhile by other threads are not traced. A runtime that
+    /// may not write the marker (not root) traces nothing.
+    #[cold]
+    fn trace(&self, tracer: u64, ns: u64, missed: bool) {
+        let m = &self.marker;
+        let current = m.tracer.load(Ordering::Acquire);
+        if current != tracer {
+            if m.tracer
+                .compare_exchange(current, tracer, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                return;
+            }
+            let old = m.fd.swap(-1, Ordering::AcqRel);
+            if old >= 0 {
+                // Wait out writers that loaded the old descriptor (each is one write call).
+                while m.writers.load(Ordering::Acquire) != 0 {
+                    std::hint::spin_loop();
+                }
+                close_fd(old);
+            }
+            if tracer != 0 {
+                let path = format!("/sys/kernel/tracing/instances/tess-{tracer}/trace_marker");
+                if let Ok(c) = CString::new(path) {
+                    // SAFETY: `c` is a NUL-terminated path.
+                    let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+                    m.fd.store(fd.max(-1), Ordering::Release);
+                }
+            }
+            return;
+        }
+        m.writers.fetch_add(1, Ordering::AcqRel);
+        let fd = m.fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            let mut line = [0u8; 96];
+            let mut w = &mut line[..];
+            let name = &self.name[..self.name_len];
+            let ok = std::io::Write::write_all(&mut w, b"tess-stats ").is_ok()
+                && std::io::Write::write_all(&mut w, name).is_ok()
+                && std::io::Write::write_fmt(&mut w, format_args!(" {ns} {}\n", missed as u8))
+                    .is_ok();
+            let len = 96 - w.len();
+            if ok {
+                // SAFETY: `fd` stays open while `writers` counts us; `line[..len]` is valid.
+                unsafe { libc::write(fd, line.as_ptr().cast(), len) };
+            }
+        }
+        m.writers.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Records one event that carried `bytes` (a packet a network service moved) and waited
@@ -335,6 +416,10 @@ impl Publisher {
 
 impl Drop for Publisher {
     fn drop(&mut self) {
+        let fd = *self.marker.fd.get_mut();
+        if fd >= 0 {
+            close_fd(fd);
+        }
         // SAFETY: the mapping was made in `create_in` with this length and nothing refers to
         // it once `self` is dropped (`word` borrows `self`).
         unsafe { libc::munmap(self.words.as_ptr().cast(), PAGE_BYTES) };
@@ -398,6 +483,8 @@ pub struct Published {
     pub start_time: u64,
     /// Bytes its events carried.
     pub bytes: u64,
+    /// The `tess trace` that asked for its events (0: none).
+    pub tracer: u64,
     /// Bucket counts ([`BOUNDS_NS`], then the overflow).
     pub buckets: Vec<u64>,
 }
@@ -477,6 +564,7 @@ pub fn parse(bytes: &[u8]) -> Result<Published, StatsError> {
         max_ns: w(W_MAX),
         start_time: w(W_START),
         bytes: w(W_BYTES),
+        tracer: w(W_TRACE),
         buckets: (0..BUCKETS).map(|i| w(W_HIST + i)).collect(),
     })
 }
@@ -505,6 +593,23 @@ impl NoFollow for std::fs::OpenOptions {
         use std::os::unix::fs::OpenOptionsExt;
         self.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
     }
+}
+
+/// Asks the runtime of the page at `path` to write its events to the `trace_marker` of the
+/// tracefs instance `tess-TRACER` (0: stop). Needs the right to write the page (root, or its
+/// owner).
+pub fn request_trace(path: &Path, tracer: u32) -> Result<(), StatsError> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| io("opening", path, e))?;
+    // Only a page of this layout: never write into anything else.
+    read_file(path)?;
+    f.write_at(&u64::from(tracer).to_le_bytes(), (W_TRACE * 8) as u64)
+        .map_err(|e| io("writing", path, e))?;
+    Ok(())
 }
 
 /// A page found in the directory, not yet read or checked.
@@ -642,6 +747,27 @@ mod tests {
         p.record_bytes(90_000, true, 64);
         let r = p.read_back();
         assert_eq!((r.events, r.misses, r.bytes), (2, 1, 1564));
+    }
+
+    #[test]
+    fn a_tracer_request_reaches_the_publisher_and_a_missing_instance_is_harmless() {
+        let d = tempfile::tempdir().unwrap();
+        let p = Publisher::create_in(d.path(), "synth", None).unwrap();
+        // No tracefs instance tess-4000000 exists: the marker cannot open, events still count.
+        request_trace(p.path(), 4_000_000).unwrap();
+        assert_eq!(p.read_back().tracer, 4_000_000);
+        p.record(1_000);
+        p.record(2_000);
+        assert_eq!(p.marker.fd.load(Ordering::Relaxed), -1);
+        assert_eq!(p.marker.tracer.load(Ordering::Relaxed), 4_000_000);
+        request_trace(p.path(), 0).unwrap();
+        p.record(3_000);
+        assert_eq!(p.marker.tracer.load(Ordering::Relaxed), 0);
+        assert_eq!(p.read_back().events, 3);
+        // A page that is not one is refused.
+        let junk = d.path().join("1-x.stats");
+        std::fs::write(&junk, "x").unwrap();
+        assert!(request_trace(&junk, 5).is_err());
     }
 
     #[test]

@@ -15,7 +15,10 @@ use tess_proto::{Body, Client, Request};
     after_help = "Open the file in ui.perfetto.dev (Open trace file) or chrome://tracing. \
 Each cell is a process with a track per thread (one slice per time it ran); the process \
 'harts' shows which cell held each hart; 'throttled' marks a SCHED_DEADLINE thread switched out \
-while still runnable (budget exhausted, or an earlier deadline).\n\n\
+while still runnable (budget exhausted, or an earlier deadline). Runtimes that publish their \
+events (the synthesizer, tess-pd play, Pulse EDF jobs, gang windows, the network service, the \
+broker) add a span per event on the thread that recorded it, spanning its response time, and \
+'missed' where it missed its deadline.\n\n\
 Needs root (tracefs). Examples:\n  tess trace --seconds 5 --out trace.json\n  tess trace --seconds 2 --out - --json | jq .summary"
 )]
 pub struct TraceArgs {
@@ -67,11 +70,13 @@ pub fn run(a: TraceArgs) -> anyhow::Result<i32> {
         crate::output::json(&serde_json::json!({"out": a.out, "summary": summary}));
     } else {
         println!(
-            "{} context switches in {:.1} s; {} run slices of cell threads, {} throttles; wrote {}",
+            "{} context switches in {:.1} s; {} run slices of cell threads, {} throttles; {} runtime events, {} missed; wrote {}",
             summary.switches,
             a.seconds,
             summary.cell_slices,
             summary.throttles,
+            summary.runtime_events,
+            summary.runtime_misses,
             a.out.display()
         );
         let mut t = tess_bench::Table::new("", &["CELL", "SLICES", "CPU s", "THROTTLES"]);
