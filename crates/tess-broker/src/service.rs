@@ -117,23 +117,6 @@ struct Brokered {
     published: Option<tess_stats::Publisher>,
 }
 
-/// The page name of a brokered cell's heartbeats: `hb-` and the cell's name, in the
-/// characters a page name allows, at most 32 bytes.
-fn published_name(cell: &str) -> String {
-    let mut name: String = format!("hb-{cell}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    name.truncate(tess_stats::NAME_BYTES);
-    name
-}
-
 /// A decision period counts as on target at 95% of the target rate or more (as `tess bench
 /// pota` counts windows).
 pub const ON_TARGET: f64 = 0.95;
@@ -208,7 +191,8 @@ impl<C: Cells> Broker<C> {
         }
         Incoming::accept(&inc.conn);
         let _ = inc.conn.set_nonblocking(true);
-        let published = tess_stats::Publisher::try_create(&published_name(&cell), None);
+        let published =
+            tess_stats::Publisher::try_create(&tess_stats::runtime_name("hb-", &cell), None);
         self.brokered.push(Brokered {
             status: CellStatus {
                 cell: cell.clone(),

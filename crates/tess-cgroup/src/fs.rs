@@ -96,7 +96,7 @@ impl Fs {
     /// Writes only if the current content differs (after trimming); saves kernel work such as
     /// sched-domain rebuilds on no-op updates.
     pub fn write_if_changed(&self, path: &Path, value: &str) -> Result<bool, CgroupError> {
-        if let Ok(cur) = read_control(path) {
+        if let Ok(cur) = tess_sched::proc::read_kernel_file(path) {
             if cur.trim() == value.trim() {
                 return Ok(false);
             }
@@ -107,7 +107,7 @@ impl Fs {
 
     /// Reads a control file.
     pub fn read(&self, path: &Path) -> Result<String, CgroupError> {
-        read_control(path).map_err(|source| CgroupError::Read {
+        tess_sched::proc::read_kernel_file(path).map_err(|source| CgroupError::Read {
             path: path.to_path_buf(),
             source,
         })
@@ -116,7 +116,7 @@ impl Fs {
     /// Reads a list of ids (one per line), as in `tasks` and `cgroup.procs`. A missing file
     /// (group gone) reads as empty.
     pub fn read_ids(&self, path: &Path) -> Result<Vec<i32>, CgroupError> {
-        match read_control(path) {
+        match tess_sched::proc::read_kernel_file(path) {
             Ok(s) => Ok(s.lines().filter_map(|l| l.trim().parse().ok()).collect()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
             Err(source) => Err(CgroupError::Read {
@@ -188,34 +188,4 @@ impl Fs {
         }
         Ok(moved)
     }
-}
-
-/// Reads a cgroup control file whole.
-///
-/// Not `fs::read_to_string`, which first asks for the size and position (two more system calls
-/// per file; cgroupfs reports a size of 0 anyway) and then reads until a read returns nothing.
-/// The kernel generates a control file's text into a buffer and hands out as much as is asked
-/// for, so a short read is the end. `tess status`, `cell list` and every scrape read two of
-/// these per cell.
-pub fn read_control(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    loop {
-        match f.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => {
-                len += n;
-                if len < buf.len() {
-                    break;
-                }
-                buf.resize(len * 2, 0);
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(len);
-    String::from_utf8(buf).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
 }

@@ -132,6 +132,28 @@ const SINE_PATCH: &str =
     "#N canvas 0 0 400 300 12;\n#X obj 10 10 osc~ 440;\n#X obj 10 40 *~ 0.1;\n\
 #X obj 10 70 dac~;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 1 0 2 1;\n";
 
+/// Starts `tess-pd play` of [`SINE_PATCH`] for 30 s in `cell`: a runtime that publishes every
+/// 1.33 ms block (crate tess-stats) where tessd's endpoint, tess top, tess web and tess trace
+/// read it.
+fn play_in_cell(d: &Daemon, reaper: &mut Reaper, cell: &str) {
+    let patch = d.manifest("sine.pd", SINE_PATCH);
+    let pd = common::tess_bin().with_file_name("tess-pd");
+    assert!(
+        pd.exists(),
+        "{} is missing: build the workspace first (scripts/test does)",
+        pd.display()
+    );
+    let child = Command::new(common::tess_bin())
+        .args(["run", "--cell", cell, "--"])
+        .arg(&pd)
+        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.push(child);
+}
+
 #[test]
 #[ignore = "needs root: a private tessd on the real kernel"]
 fn a_runtimes_misses_and_tail_reach_metrics_and_top() {
@@ -144,24 +166,8 @@ fn a_runtimes_misses_and_tail_reach_metrics_and_top() {
     );
     let o = d.tess(&["apply", m.to_str().unwrap()]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
-    let patch = d.manifest("sine.pd", SINE_PATCH);
-    let pd = common::tess_bin().with_file_name("tess-pd");
-    assert!(
-        pd.exists(),
-        "{} is missing: build the workspace first (scripts/test does)",
-        pd.display()
-    );
-    // tess-pd plays the patch in real time in the cell, one 1.33 ms block at a time, and
-    // publishes every block (crate tess-stats) where tessd's endpoint and tess top read it.
-    let child = Command::new(common::tess_bin())
-        .args(["run", "--cell", "audio", "--"])
-        .arg(&pd)
-        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
-        .env("TESS_SOCKET", &d.socket)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    reaper.push(child);
+    // tess-pd plays the patch in real time in the cell, one 1.33 ms block at a time.
+    play_in_cell(&d, &mut reaper, "audio");
 
     let labels = "cell=\"audio\",policy=\"event-triggered\",runtime=\"pd\"";
     let events = format!("tess_runtime_events_total{{{labels}}}");
@@ -316,16 +322,7 @@ fn trace_writes_chrome_json_with_cells_slices_and_throttles() {
     let mut reaper = Reaper::default();
     cells_with_work(&d, &mut reaper);
     // A runtime in the batch cell: its blocks become spans in the trace.
-    let patch = d.manifest("sine.pd", SINE_PATCH);
-    let player = Command::new(common::tess_bin())
-        .args(["run", "--cell", "batch", "--"])
-        .arg(common::tess_bin().with_file_name("tess-pd"))
-        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
-        .env("TESS_SOCKET", &d.socket)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    reaper.push(player);
+    play_in_cell(&d, &mut reaper, "batch");
     std::thread::sleep(Duration::from_millis(500));
     let out = d.dir.path().join("trace.json");
     let s = d.json(&[
@@ -604,17 +601,7 @@ fn web_dashboard_shows_cells_live_in_a_real_browser() {
         .contains("hart 1"));
     // A runtime in the new cell: its misses and p99 reach the table, its response times the
     // live histogram.
-    let patch = d.manifest("sine.pd", SINE_PATCH);
-    let pd = common::tess_bin().with_file_name("tess-pd");
-    let player = Command::new(common::tess_bin())
-        .args(["run", "--cell", "late", "--"])
-        .arg(&pd)
-        .args(["play", patch.to_str().unwrap(), "--seconds", "30"])
-        .env("TESS_SOCKET", &d.socket)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    reaper.push(player);
+    play_in_cell(&d, &mut reaper, "late");
     assert!(
         wait_for(Duration::from_secs(15), || b
             .eval("document.querySelectorAll('#rt-hist rect').length")

@@ -16,36 +16,12 @@ use std::path::Path;
 
 /// Reads a small kernel file; `None` if it cannot be read (gone, no permission).
 fn read(path: &Path) -> Option<String> {
-    let f = std::fs::File::open(path).ok()?;
-    read_at_start(&f)
+    tess_sched::proc::read_kernel_file(path).ok()
 }
 
-/// The whole of a procfs or cgroupfs file, read from offset 0 with `pread`: each read at 0
-/// makes the kernel generate the text afresh, so an open file can be read again and again.
-///
-/// Not `fs::read_to_string`: that first asks for the file's size and position (two more system
-/// calls), and these files report a size of 0 anyway. A short read is the whole file: the
-/// kernel generates these texts into one buffer and hands out as much as was asked for.
+/// The text of an open kernel file, afresh (`None`: its thread or group is gone).
 fn read_at_start(f: &std::fs::File) -> Option<String> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    loop {
-        match f.read_at(&mut buf[len..], len as u64) {
-            Ok(0) => break,
-            Ok(n) => {
-                len += n;
-                if len < buf.len() {
-                    break;
-                }
-                buf.resize(len * 2, 0);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    buf.truncate(len);
-    String::from_utf8(buf).ok()
+    tess_sched::proc::read_generated(f).ok()
 }
 
 /// Kernel files kept open from one scrape to the next.
@@ -140,12 +116,7 @@ pub fn parse_schedstat(text: &str) -> Option<SchedStat> {
 }
 
 /// A thread's scheduling statistics (`None` once it has exited).
-pub fn thread_schedstat(tid: i32) -> Option<SchedStat> {
-    parse_schedstat(&read(Path::new(&format!("/proc/{tid}/schedstat")))?)
-}
-
-/// [`thread_schedstat`] through `files`.
-pub fn thread_schedstat_in(files: &mut Files, tid: i32) -> Option<SchedStat> {
+pub fn thread_schedstat(files: &mut Files, tid: i32) -> Option<SchedStat> {
     parse_schedstat(&files.read(Path::new(&format!("/proc/{tid}/schedstat")))?)
 }
 
@@ -158,12 +129,7 @@ pub fn parse_nonvoluntary_switches(text: &str) -> Option<u64> {
 
 /// Times a thread was switched out while it could still run: preempted by a more urgent task,
 /// or, for a `SCHED_DEADLINE` thread, throttled at the end of its budget.
-pub fn thread_involuntary_switches(tid: i32) -> Option<u64> {
-    parse_nonvoluntary_switches(&read(Path::new(&format!("/proc/{tid}/status")))?)
-}
-
-/// [`thread_involuntary_switches`] through `files`.
-pub fn thread_involuntary_switches_in(files: &mut Files, tid: i32) -> Option<u64> {
+pub fn thread_involuntary_switches(files: &mut Files, tid: i32) -> Option<u64> {
     parse_nonvoluntary_switches(&files.read(Path::new(&format!("/proc/{tid}/status")))?)
 }
 
@@ -248,23 +214,13 @@ pub fn parse_cpu_stat(text: &str) -> Option<Throttling> {
 }
 
 /// A cgroup directory's throttling (`None` when it has no `cpu.stat`).
-pub fn throttling(dir: &Path) -> Option<Throttling> {
-    throttling_in(&mut Files::new(), dir)
-}
-
-/// [`throttling`] through `files`.
-pub fn throttling_in(files: &mut Files, dir: &Path) -> Option<Throttling> {
+pub fn throttling(files: &mut Files, dir: &Path) -> Option<Throttling> {
     parse_cpu_stat(&files.read(&dir.join("cpu.stat"))?)
 }
 
 /// Memory charged to a cgroup directory, in bytes (v1 `memory.usage_in_bytes` or v2
 /// `memory.current`).
-pub fn memory_bytes(dir: &Path) -> Option<u64> {
-    memory_bytes_in(&mut Files::new(), dir)
-}
-
-/// [`memory_bytes`] through `files`.
-pub fn memory_bytes_in(files: &mut Files, dir: &Path) -> Option<u64> {
+pub fn memory_bytes(files: &mut Files, dir: &Path) -> Option<u64> {
     ["memory.usage_in_bytes", "memory.current"]
         .iter()
         .find_map(|f| files.read(&dir.join(f)))
@@ -410,9 +366,9 @@ mod tests {
     #[test]
     fn memory_reads_either_file() {
         let d = tempfile::tempdir().unwrap();
-        assert_eq!(memory_bytes(d.path()), None);
+        assert_eq!(memory_bytes(&mut Files::new(), d.path()), None);
         std::fs::write(d.path().join("memory.current"), "4096\n").unwrap();
-        assert_eq!(memory_bytes(d.path()), Some(4096));
+        assert_eq!(memory_bytes(&mut Files::new(), d.path()), Some(4096));
     }
 
     #[test]
@@ -425,10 +381,10 @@ mod tests {
             while t.elapsed() < std::time::Duration::from_millis(ms) {}
         };
         spin(10);
-        let a = thread_schedstat_in(&mut files, tid).unwrap();
+        let a = thread_schedstat(&mut files, tid).unwrap();
         assert_eq!(files.len(), 1);
         spin(30);
-        let b = thread_schedstat_in(&mut files, tid).unwrap();
+        let b = thread_schedstat(&mut files, tid).unwrap();
         assert!(b.run_ns > a.run_ns, "{a:?} then {b:?}");
         assert_eq!(files.len(), 1, "the second read reuses the open file");
         // A file not read in a scrape is closed at its end; one that was is kept.
@@ -461,9 +417,10 @@ mod tests {
         // across several.
         let spin = std::time::Instant::now();
         while spin.elapsed() < std::time::Duration::from_millis(30) {}
-        let st = thread_schedstat(tid).unwrap();
+        let mut files = Files::new();
+        let st = thread_schedstat(&mut files, tid).unwrap();
         assert!(st.run_ns > 0 && st.timeslices > 0, "{st:?}");
-        assert!(thread_involuntary_switches(tid).is_some());
+        assert!(thread_involuntary_switches(&mut files, tid).is_some());
         assert!(!hart_times().is_empty());
     }
 }

@@ -213,9 +213,9 @@ impl Transactions {
         if ok { &c.ok } else { &c.err }.fetch_add(1, Ordering::Relaxed);
         let ns = took.as_nanos().min(u64::MAX as u128) as u64;
         c.sum_ns.fetch_add(ns, Ordering::Relaxed);
-        // Bounds 10 us doubling: the first bound at or above `ns`.
-        let i = latency_buckets()
-            .position(|b| ns as f64 <= b * 1e9)
+        // The bounds of [`latency_buckets`], 10 us doubling: the first at or above `ns`.
+        let i = (0..TX_BUCKETS - 1)
+            .find(|&i| ns <= 10_000u64 << i)
             .unwrap_or(TX_BUCKETS - 1);
         c.buckets[i].fetch_add(1, Ordering::Relaxed);
     }

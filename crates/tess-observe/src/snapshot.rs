@@ -170,12 +170,6 @@ pub fn query(client: &mut Client) -> anyhow::Result<(StatusInfo, Vec<CellInfo>)>
     Ok((*status, cells))
 }
 
-/// Reads the kernel's counters for what tessd reported (opening every file: for repeated
-/// snapshots, [`Sampler`] keeps them open).
-pub fn sample(status: &StatusInfo, cells: &[CellInfo], mounts: &Mounts) -> Snapshot {
-    sample_with(status, cells, mounts, &mut kernel::Files::new())
-}
-
 /// Takes snapshot after snapshot, keeping the kernel's files open in between (a scrape then
 /// costs a read per file instead of an open, a read and a close: see [`kernel::Files`]).
 #[derive(Debug)]
@@ -193,7 +187,7 @@ impl Sampler {
         }
     }
 
-    /// [`sample`], through the files kept open.
+    /// Reads the kernel's counters and the runtimes' pages for what tessd reported.
     pub fn sample(&mut self, status: &StatusInfo, cells: &[CellInfo]) -> Snapshot {
         let s = sample_with(status, cells, &self.mounts, &mut self.files);
         self.files.end_scrape();
@@ -205,11 +199,6 @@ impl Sampler {
         let mut client = Client::connect(socket)?;
         let (status, cells) = query(&mut client)?;
         Ok(self.sample(&status, &cells))
-    }
-
-    /// The hierarchies it samples.
-    pub fn mounts(&self) -> &Mounts {
-        &self.mounts
     }
 }
 
@@ -278,17 +267,17 @@ fn sample_cell(
     let mut st = kernel::SchedStat::default();
     let mut switches = 0u64;
     for t in &c.threads {
-        if let Some(s) = kernel::thread_schedstat_in(files, t.tid) {
+        if let Some(s) = kernel::thread_schedstat(files, t.tid) {
             st.run_ns += s.run_ns;
             st.wait_ns += s.wait_ns;
             st.timeslices += s.timeslices;
         }
-        switches += kernel::thread_involuntary_switches_in(files, t.tid).unwrap_or(0);
+        switches += kernel::thread_involuntary_switches(files, t.tid).unwrap_or(0);
     }
     // Dedicated cells stay in the cpu root on v1 (see tess-cgroup's v1 layout): the root's
     // cpu.stat is the machine's, not the cell's.
     let throttling = (cpu_dir != cpuset || mounts.cpu.is_none())
-        .then(|| kernel::throttling_in(files, &cpu_dir))
+        .then(|| kernel::throttling(files, &cpu_dir))
         .flatten();
     CellSample {
         name: c.name.clone(),
@@ -303,7 +292,7 @@ fn sample_cell(
         involuntary_switches: switches,
         throttled_periods: throttling.map(|t| t.periods),
         throttled_s: throttling.map(|t| t.seconds),
-        memory_bytes: kernel::memory_bytes_in(files, &mem_dir),
+        memory_bytes: kernel::memory_bytes(files, &mem_dir),
         memory_limit_bytes: c.memory_max,
         pinned: c.pinned,
         runtimes: pages
@@ -313,13 +302,6 @@ fn sample_cell(
             .map(RuntimeSample::from)
             .collect(),
     }
-}
-
-/// Connects to tessd at `socket` and takes a snapshot.
-pub fn take(socket: &Path, mounts: &Mounts) -> anyhow::Result<Snapshot> {
-    let mut client = Client::connect(socket)?;
-    let (status, cells) = query(&mut client)?;
-    Ok(sample(&status, &cells, mounts))
 }
 
 #[cfg(test)]

@@ -92,14 +92,8 @@ pub struct Mark {
 /// ```
 pub fn parse_mark(line: &str) -> Option<Mark> {
     let (head, body) = line.split_once(": tracing_mark_write: tess-stats ")?;
-    let task = head[..head.rfind('[')?].trim();
+    let (task, _, ts_s) = parse_head(head)?;
     let tid = task.rsplit_once('-')?.1.parse().ok()?;
-    let ts_s = head
-        .rsplit(' ')
-        .next()?
-        .trim_end_matches(':')
-        .parse()
-        .ok()?;
     let mut f = body.split_whitespace();
     Some(Mark {
         ts_s,
@@ -136,13 +130,9 @@ fn field<'a>(text: &'a str, key: &str, next: Option<&str>) -> Option<&'a str> {
     Some(&rest[..end])
 }
 
-/// Parses one line of tracefs' `trace` file; `None` for anything but a `sched_switch`.
-///
-/// ```text
-///           <idle>-0       [001] d..2. 12345.678901: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=sh next_pid=1234 next_prio=-1
-/// ```
-pub fn parse_switch(line: &str) -> Option<Switch> {
-    let (head, body) = line.split_once(": sched_switch: ")?;
+/// The part of a `trace` line before the event name: the task (`comm-tid`), the hart in
+/// brackets, flags, and the time in seconds.
+fn parse_head(head: &str) -> Option<(&str, usize, f64)> {
     let open = head.rfind('[')?;
     let close = head[open..].find(']')? + open;
     let hart = head[open + 1..close].trim().parse().ok()?;
@@ -152,6 +142,17 @@ pub fn parse_switch(line: &str) -> Option<Switch> {
         .trim_end_matches(':')
         .parse()
         .ok()?;
+    Some((head[..open].trim(), hart, ts_s))
+}
+
+/// Parses one line of tracefs' `trace` file; `None` for anything but a `sched_switch`.
+///
+/// ```text
+///           <idle>-0       [001] d..2. 12345.678901: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=sh next_pid=1234 next_prio=-1
+/// ```
+pub fn parse_switch(line: &str) -> Option<Switch> {
+    let (head, body) = line.split_once(": sched_switch: ")?;
+    let (_, hart, ts_s) = parse_head(head)?;
     let (prev, next) = body.split_once(" ==> ")?;
     Some(Switch {
         ts_s,

@@ -20,6 +20,7 @@ use crate::sched::Executor;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tess_sched::clock::{now_ns, sleep_until_ns};
 
 /// What a play run measured.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -44,33 +45,6 @@ pub struct PlayReport {
     pub max_us: f64,
     /// Median compute time of a block (done minus start), us.
     pub compute_p50_us: f64,
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the kernel to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn sleep_until_ns(t: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t % 1_000_000_000) as libc::c_long,
-    };
-    // EINTR only shortens the sleep; the caller checks the clock.
-    // SAFETY: `ts` is valid; the remaining-time pointer may be null with TIMER_ABSTIME.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
 }
 
 fn percentile(sorted: &[u64], q: f64) -> f64 {

@@ -2,6 +2,41 @@
 
 use std::path::Path;
 
+/// The whole text of a kernel-generated file (procfs, cgroupfs, sysfs) that is open as `f`,
+/// read from offset 0 with `pread`.
+///
+/// Each read at offset 0 makes the kernel generate the text afresh, so an open file can be read
+/// again and again (`tess_observe::kernel::Files` keeps them open between scrapes). Not
+/// `fs::read_to_string`: that first asks for the size and position (two more system calls) and
+/// these files report a size of 0 anyway. The kernel generates such a text into a buffer and
+/// hands out as much as is asked for, so a short read is the end.
+pub fn read_generated(f: &std::fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        match f.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    break;
+                }
+                buf.resize(len * 2, 0);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Opens `path` and reads it with [`read_generated`].
+pub fn read_kernel_file(path: &Path) -> std::io::Result<String> {
+    read_generated(&std::fs::File::open(path)?)
+}
+
 /// Thread ids of process `pid` (its `/proc/PID/task` entries). Empty if the process is gone.
 pub fn threads_of(pid: i32) -> Vec<i32> {
     threads_in(Path::new("/proc"), pid)
@@ -78,6 +113,35 @@ pub fn thread_cpu_ns(pid: i32, tid: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_files_read_whole_and_fresh() {
+        let d = tempfile::tempdir().unwrap();
+        let long = d.path().join("long");
+        std::fs::write(&long, "x".repeat(10_000)).unwrap();
+        assert_eq!(read_kernel_file(&long).unwrap().len(), 10_000);
+        let f = std::fs::File::open("/proc/self/schedstat").unwrap();
+        let a: u64 = read_generated(&f)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(20) {}
+        let b: u64 = read_generated(&f)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            b > a,
+            "{a} then {b}: the same open file reads fresh counters"
+        );
+    }
 
     #[test]
     fn own_threads_are_listed() {

@@ -163,6 +163,26 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// A runtime name made from `prefix` and another name (a cell's, a flow's): characters a page
+/// name does not allow become `-`, and it is cut to [`NAME_BYTES`] (`net-` + `music synth` gives
+/// `net-music-synth`).
+pub fn runtime_name(prefix: &str, name: &str) -> String {
+    let mut out: String = prefix
+        .chars()
+        .chain(name.chars())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    // Only ASCII is left, so any byte length is a character boundary.
+    out.truncate(NAME_BYTES);
+    out
+}
+
 /// The file name of `pid`'s page `name`.
 pub fn file_name(pid: i32, name: &str) -> String {
     format!("{pid}-{name}.stats")
@@ -856,6 +876,10 @@ mod tests {
                 Err(StatsError::BadName(_))
             ));
         }
+        assert_eq!(runtime_name("net-", "music synth"), "net-music-synth");
+        assert_eq!(runtime_name("hb-", "é"), "hb--");
+        assert_eq!(runtime_name("hb-", &"x".repeat(40)).len(), NAME_BYTES);
+        assert!(valid_name(&runtime_name("net-", "a/b.c")));
         assert_eq!(parse_file_name("12-synth.stats"), Some((12, "synth")));
         assert_eq!(
             parse_file_name("12-gang-window.stats"),

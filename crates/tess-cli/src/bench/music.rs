@@ -323,20 +323,16 @@ impl ScenarioTrace {
             .min(Duration::from_secs(5));
         ScenarioTrace(std::thread::spawn(move || {
             std::thread::sleep(lead);
-            let mut client = tess_proto::Client::connect_default()?;
-            let mut cells = crate::cmd::trace::threads_by_cell(&mut client)?;
-            let inst = tess_observe::trace::Instance::create(8192)?;
-            let records = inst.record(length.max(Duration::from_millis(500)))?;
-            drop(inst);
-            cells.extend(crate::cmd::trace::threads_by_cell(&mut client)?);
-            let (trace, summary) = tess_observe::trace::chrome_trace(&records, &cells);
-            std::fs::write(&out, serde_json::to_string(&trace)?)
-                .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+            let summary =
+                crate::cmd::trace::record_to(length.max(Duration::from_millis(500)), 8192, &out)?;
             Ok((
                 out,
                 format!(
-                    "{} context switches, {} throttles",
-                    summary.switches, summary.throttles
+                    "{} context switches, {} throttles, {} runtime events, {} missed",
+                    summary.switches,
+                    summary.throttles,
+                    summary.runtime_events,
+                    summary.runtime_misses
                 ),
             ))
         }))

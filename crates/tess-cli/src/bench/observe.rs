@@ -22,6 +22,7 @@ use tess_core::spec::{CellSpec, HartRequest, Policy};
 use tess_observe::kernel::Mounts;
 use tess_observe::prom;
 use tess_observe::snapshot;
+use tess_sched::clock::thread_cpu_ns;
 
 const CELLS: usize = 100;
 
@@ -44,25 +45,6 @@ fn specs() -> Vec<CellSpec> {
             idle: None,
         })
         .collect()
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the kernel to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn pin_to(hart: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(hart, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// The synthesizer's step: one package (62 frames) of all 32 voices, every pad pressed, as
@@ -201,7 +183,8 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         Some(Duration::from_nanos(tess_music::slabs::DEADLINE_NS)),
     )?;
     let measured = std::thread::spawn(move || {
-        pin_to(hart);
+        tess_sched::affinity::set_affinity(0, &tess_sched::HartSet::single(hart))
+            .expect("pinning the measured thread to its hart");
         let mut synth = SynthStep::new();
         let (mut off, mut on) = (Vec::new(), Vec::new());
         // Warm up, then alternate: many short phases, so that a slow stretch of the machine

@@ -4,9 +4,9 @@
 use crate::cmd::usage;
 use clap::Args;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tess_observe::trace::{chrome_trace, Instance};
+use tess_observe::trace::{chrome_trace, Instance, Summary};
 use tess_proto::{Body, Client, Request};
 
 /// `tess trace` arguments.
@@ -37,7 +37,7 @@ pub struct TraceArgs {
 }
 
 /// Every thread tessd reports in a cell, by thread id.
-pub(crate) fn threads_by_cell(client: &mut Client) -> anyhow::Result<HashMap<i32, String>> {
+fn threads_by_cell(client: &mut Client) -> anyhow::Result<HashMap<i32, String>> {
     let Body::Cells { cells } = client.call(&Request::ListCells)? else {
         anyhow::bail!("tessd answered list-cells with something else");
     };
@@ -50,22 +50,28 @@ pub(crate) fn threads_by_cell(client: &mut Client) -> anyhow::Result<HashMap<i32
         .collect())
 }
 
+/// Records `length` in a tracefs instance with `buffer_kb` per hart, maps threads to cells with
+/// tessd (before and after, so threads started meanwhile count), and writes the Chrome trace to
+/// `out` (what `tess trace` and `tess bench music --trace` do).
+pub(crate) fn record_to(length: Duration, buffer_kb: usize, out: &Path) -> anyhow::Result<Summary> {
+    let mut client = Client::connect_default()?;
+    let mut cells = threads_by_cell(&mut client)?;
+    let inst = Instance::create(buffer_kb)?;
+    let records = inst.record(length)?;
+    drop(inst);
+    cells.extend(threads_by_cell(&mut client)?);
+    let (trace, summary) = chrome_trace(&records, &cells);
+    std::fs::write(out, serde_json::to_string(&trace)?)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    Ok(summary)
+}
+
 /// Runs `tess trace`.
 pub fn run(a: TraceArgs) -> anyhow::Result<i32> {
     if !(0.1..=600.0).contains(&a.seconds) {
         return usage(format!("--seconds {} is outside 0.1-600", a.seconds));
     }
-    let mut client = Client::connect_default()?;
-    let mut cells = threads_by_cell(&mut client)?;
-    let inst = Instance::create(a.buffer_kb)?;
-    let records = inst.record(Duration::from_secs_f64(a.seconds))?;
-    drop(inst);
-    // Threads that started while recording are in the cells now.
-    cells.extend(threads_by_cell(&mut client)?);
-    let (trace, summary) = chrome_trace(&records, &cells);
-    let text = serde_json::to_string(&trace)?;
-    std::fs::write(&a.out, text)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", a.out.display()))?;
+    let summary = record_to(Duration::from_secs_f64(a.seconds), a.buffer_kb, &a.out)?;
     if a.json {
         crate::output::json(&serde_json::json!({"out": a.out, "summary": summary}));
     } else {

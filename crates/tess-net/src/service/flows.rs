@@ -39,22 +39,9 @@ pub struct Flow {
     pub published: Option<std::sync::Arc<tess_stats::Publisher>>,
 }
 
-/// The runtime name a flow publishes under: `net-` and its cell (or `pid-N`), in the characters
-/// a page name allows, at most 32 bytes.
+/// The runtime name a flow publishes under: `net-` and its cell (or `pid-N`).
 pub fn published_name(key: &str) -> String {
-    let rest = key.strip_prefix("cell:").unwrap_or(key);
-    let mut name: String = format!("net-{rest}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    name.truncate(tess_stats::NAME_BYTES);
-    name
+    tess_stats::runtime_name("net-", key.strip_prefix("cell:").unwrap_or(key))
 }
 
 /// All flows, the best-effort entity, and admission.
