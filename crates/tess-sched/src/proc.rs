@@ -120,7 +120,9 @@ mod tests {
         let long = d.path().join("long");
         std::fs::write(&long, "x".repeat(10_000)).unwrap();
         assert_eq!(read_kernel_file(&long).unwrap().len(), 10_000);
-        let f = std::fs::File::open("/proc/self/schedstat").unwrap();
+        // This thread's own counters: the harness runs each test on a thread of its own, and
+        // `/proc/self` would name the process's main thread, which sleeps meanwhile.
+        let f = std::fs::File::open("/proc/thread-self/schedstat").unwrap();
         let a: u64 = read_generated(&f)
             .unwrap()
             .split(' ')
