@@ -82,13 +82,19 @@ impl Enforcer {
 
     /// The layout of `cluster` on this machine.
     pub fn plan(&self, cluster: &Cluster) -> Layout {
-        plan_with(
+        let mut layout = plan_with(
             cluster,
             &self.all,
             &self.managed,
             self.backend.domain_mode(),
             self.group_servers && self.backend.group_servers().is_some(),
-        )
+        );
+        // Where budget ticks end the budgets, a window's deadline must leave a tick room to
+        // preempt it (crate::budget_tick).
+        if let Some(t) = &self.budget_ticks {
+            t.widen_windows(&mut layout);
+        }
+        layout
     }
 
     /// Converges the kernel to `to`. `from` is what the kernel is believed to hold (`None` at
