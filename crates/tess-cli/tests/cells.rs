@@ -473,7 +473,13 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
     let mut half_done = 0;
     let mut current = &sa;
     const KILLS: u32 = 16;
-    for i in 0..KILLS {
+    // Kills spread over 0-1.3 transactions; should none of them land after a commit (the
+    // transactions ran slower than the timed one, beside other tests), up to KILLS more come
+    // later and later (1.3, 1.6, ... transactions) until one does.
+    for i in 0..2 * KILLS {
+        if i >= KILLS && seen.1 > 0 {
+            break;
+        }
         let target = if current == &sa { &sb } else { &sa };
         let mut client = Command::new(common::tess_bin())
             .args(["apply", target.to_str().unwrap()])
@@ -482,7 +488,12 @@ fn sigkill_mid_apply_leaves_the_last_committed_state() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(whole * 13 * i / (10 * KILLS));
+        let delay = if i < KILLS {
+            whole * 13 * i / (10 * KILLS)
+        } else {
+            whole * (13 + 3 * (i - KILLS)) / 10
+        };
+        std::thread::sleep(delay);
         d.kill9();
         let _ = client.wait();
         let dirs_at_kill = cell_dirs(&d);
