@@ -10,8 +10,11 @@
 //!                  hypervisor, behind after an earlier overrun) -- every cause counts
 //! stall(k)       = late(k) while the thread's own CPU time for it (CLOCK_THREAD_CPUTIME_ID)
 //!                  stayed within the period: the hart was taken away (reported, and counted)
-//! capacity       = largest 32 x n oscillators at which at most TOLERANCE (1%) of the packages
-//!                  of a full-length run are late
+//! finish(k)      = when package k finished, after its grid point (start delay + busy)
+//! capacity       = 32 x n oscillators at which at most TOLERANCE (1%) of the packages of a
+//!                  full-length run are late: predicted from the p99 of the thread's CPU time
+//!                  per package at a known load, confirmed by a full-length run at the
+//!                  prediction
 //! ```
 //! Packages are paced on the package grid as the device would send them: the thread computes
 //! package `k` at `start + k * 725.624 us` and busy-waits until the next grid point (a dedicated,
@@ -22,12 +25,25 @@
 //! Both functions run on the calling thread: pin it (and give it the scheduling policy the
 //! bench wants) before calling, e.g. `tess_sched::affinity::set_affinity(0, &HartSet::single(1))`.
 //!
-//! # Search for the capacity
-//! 1. Calibrate the cost of one oscillator from 0.3 s at 100 per voice.
-//! 2. Binary-search the oscillators per voice with short trials (a tenth of the duration, at
-//!    most 2 s), each failing as soon as its late packages exceed the tolerance.
-//! 3. Confirm the result over the full duration; on failure step down 5 % and confirm again
-//!    (at most 6 confirmations). No retries: a refuted count is refuted.
+//! # Finding the capacity
+//! 1. Calibrate the cost of one oscillator from 0.3 s at 100 per voice: a rough capacity.
+//! 2. Profile: a paced run at 60 % of the rough capacity for a quarter of the duration (at least
+//!    2 s, some 2,800 packages), recording the thread's CPU time for each package. The compute
+//!    time grows in proportion to the oscillators, so the count at which the profile's p99 CPU
+//!    time would reach one package period is the profile's count times `period / p99`
+//!    (scaling the fixed costs too errs low). CPU time, because a stall of the hart during the
+//!    profile says nothing about the work; stalls count in the confirmation.
+//! 3. Confirm that count over the full duration, every late package counted, stalls included;
+//!    on failure step down 2 % and confirm again (at most 6 confirmations). No retries: a
+//!    refuted count is refuted.
+//!
+//! Measured outside tess on hart 1 of the development machine, five runs of 8 s: 223,584 to
+//! 234,016 (the profile's p99 CPU time per package moved from 282 to 304 us at about 93,000
+//! oscillators: the virtual machine's speed itself varies by some 5 % between runs).
+//!
+//! Why a prediction and not a search: a binary search of short trials stops at whichever count
+//! a stall happened to hit, and its 5 % steps added up: 134,944 to 183,744 over three rounds.
+//! A p99 over thousands of packages moves by a few percent between runs.
 //!
 //! Why a tolerance and not "zero late packages": the development VM stalls a dedicated hart's
 //! vCPU for 1-17 ms a few times a minute, and such a stall makes a few packages late at any
@@ -81,6 +97,12 @@ pub struct PacedRun {
     pub fraction_mean: f64,
     /// `busy_us.max / 725.624 us`.
     pub fraction_max: f64,
+    /// When each package finished after its grid point (start delay plus busy time),
+    /// microseconds.
+    pub finish_us: Summary,
+    /// The thread's own CPU time per package (`CLOCK_THREAD_CPUTIME_ID`: without the time the
+    /// hart was taken away), microseconds.
+    pub cpu_us: Summary,
     /// Whether the run stopped early because its late packages exceeded the allowance.
     pub stopped_early: bool,
 }
@@ -91,14 +113,14 @@ pub type HartFraction = PacedRun;
 /// Result of [`max_oscillators_per_hart`].
 #[derive(Debug, Clone, Serialize)]
 pub struct OscCapacity {
-    /// Largest total oscillator count confirmed over the full duration with at most
-    /// [`TOLERANCE`] of its packages late (0 if none was).
+    /// Total oscillator count confirmed over the full duration with at most [`TOLERANCE`] of
+    /// its packages late (0 if none was).
     pub oscillators: usize,
     /// Of which per voice.
     pub per_voice: usize,
     /// The confirming run (full duration), if any succeeded.
     pub confirmed: Option<PacedRun>,
-    /// The calibration and the short binary-search trials, in order.
+    /// The calibration and the profile run, in order.
     pub trials: Vec<PacedRun>,
     /// The full-duration attempts, in order (the last one is `confirmed` if any succeeded).
     pub confirmations: Vec<PacedRun>,
@@ -121,6 +143,8 @@ pub fn paced_run(per_voice: usize, duration: Duration, late_allowance: Option<us
     let mut out: AudioBlock = [[0.0; 8]; 32];
     let measured = (clock::ns(duration) / PACKAGE_PERIOD_NS).max(1) as usize;
     let mut busy_ns = Vec::with_capacity(measured);
+    let mut finish_ns = Vec::with_capacity(measured);
+    let mut cpu_ns = Vec::with_capacity(measured);
     let mut late = 0;
     let mut stalls = 0;
     let mut stopped_early = false;
@@ -136,6 +160,8 @@ pub fn paced_run(per_voice: usize, duration: Duration, late_allowance: Option<us
         std::hint::black_box(&out);
         if k >= WARMUP_PACKAGES {
             busy_ns.push(busy);
+            finish_ns.push(finish.saturating_sub(next));
+            cpu_ns.push(cpu);
             // Late from its grid point, not from its start: a package started late (the thread
             // was preempted or stalled while waiting) fails like one that overran.
             if finish.saturating_sub(next) > PACKAGE_PERIOD_NS {
@@ -166,6 +192,8 @@ pub fn paced_run(per_voice: usize, duration: Duration, late_allowance: Option<us
         stalls,
         fraction_mean: busy_us.mean / period_us,
         fraction_max: busy_us.max / period_us,
+        finish_us: Summary::of_ns_as_us(&finish_ns),
+        cpu_us: Summary::of_ns_as_us(&cpu_ns),
         busy_us,
         stopped_early,
     }
@@ -184,9 +212,10 @@ fn allowance(duration: Duration) -> usize {
     (packages * TOLERANCE).floor() as usize
 }
 
-/// The largest number of oscillators (32 voices x n) the calling thread's hart computes with at
-/// most [`TOLERANCE`] of the packages of a `duration`-long run late, stalls included (module
-/// docs). Takes about `duration` plus a few seconds when the first confirmation succeeds.
+/// The number of oscillators (32 voices x n) the calling thread's hart computes with at most
+/// [`TOLERANCE`] of the packages of a `duration`-long run late, stalls included: predicted from
+/// the p99 finish time of a profile run and confirmed by a full-length run (module docs). Takes
+/// about `1.25 x duration` plus a second when the first confirmation succeeds.
 pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
     let mut trials = Vec::new();
     let calib = paced_run(100, Duration::from_millis(300), None);
@@ -194,25 +223,16 @@ pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
     let per_osc_ns = (calib.busy_us.median * 1000.0 / calib.oscillators as f64).max(0.01);
     trials.push(calib);
     let period = PACKAGE_PERIOD_NS as f64;
-    let estimate = (period / per_osc_ns / PADS as f64) as usize;
-    let short = (duration / 10).clamp(Duration::from_millis(100), Duration::from_secs(2));
+    let rough = (period / per_osc_ns / PADS as f64) as usize;
 
-    // Binary search: lo passes a short trial, hi fails one.
-    let (mut lo, mut hi) = (0usize, (estimate * 2).max(8));
-    while hi - lo > (lo / 100).max(1) {
-        let mid = (lo + hi) / 2;
-        let t = paced_run(mid.max(1), short, Some(allowance(short)));
-        let ok = !t.stopped_early;
-        trials.push(t);
-        if ok {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
+    let profile_n = (rough * 6 / 10).max(1);
+    let profile_len = (duration / 4).max(Duration::from_secs(2));
+    let profile = paced_run(profile_n, profile_len, None);
+    let p99_ns = (profile.cpu_us.p99 * 1000.0).max(1.0);
+    let predicted = (profile_n as f64 * period / p99_ns) as usize;
+    trials.push(profile);
 
-    // The full-length run confirms or refutes; a refuted count steps down 5%.
-    let mut per_voice = lo;
+    let mut per_voice = predicted;
     let mut confirmations = Vec::new();
     for _ in 0..6 {
         if per_voice == 0 {
@@ -230,7 +250,7 @@ pub fn max_oscillators_per_hart(duration: Duration) -> OscCapacity {
                 confirmations,
             };
         }
-        per_voice = per_voice * 95 / 100;
+        per_voice = per_voice * 98 / 100;
     }
     OscCapacity {
         oscillators: 0,

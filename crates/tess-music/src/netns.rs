@@ -1,31 +1,42 @@
-//! A second "host" for the SLABS emulator: a network namespace joined to the root namespace by
-//! a veth pair, as the paper's SLABS sat on its own gigabit LAN (seed 000, section 4).
+//! A second "host" for the SLABS emulator, and the cable between: the paper's SLABS sat on its
+//! own gigabit LAN (seed 000, section 4). Three network namespaces joined by two veth pairs:
 //!
 //! ```text
-//!   root namespace (synthesizer)              namespace NAME (tess-slabs)
-//!   +----------------------------+  veth    +-----------------------------+
-//!   | NAME-h   10.213.77.1/30    |<-------->| NAME-d   10.213.77.2/30     |
-//!   +----------------------------+          +-----------------------------+
+//!   namespace NAME (device)       namespace NAME-w (the wire)              root namespace (host)
+//!   +---------------------+ veth  +----------------------------------+ veth  +------------------+
+//!   | NAME-e 10.213.78.2  |<----->| NAME-f 10.213.78.1  forwarding   |<----->| NAME-h           |
+//!   | tess-slabs          |       |   NAME-d 10.213.77.2  tbf + tap  |       | 10.213.77.1      |
+//!   +---------------------+       +----------------------------------+       | tess-migrator    |
+//!                                                                            +------------------+
 //! ```
 //!
-//! Packets then cross a real (virtual) link with its own queueing and softirq processing rather
-//! than the loopback shortcut. Created with iproute2 (`ip netns add`, `ip link add ... type veth
-//! peer name ... netns ...`); [`NetnsPair`] deletes both on drop. Where that is not permitted
-//! (no CAP_NET_ADMIN), [`Link::veth_or_loopback`] falls back to 127.0.0.1.
+//! The wire namespace forwards between the two and is where a cable's properties live: its
+//! host-facing interface can pace what the device sends ([`NetnsPair::pace_device`]: a
+//! token-bucket queue whose timer releases each packet), a packet socket there sees each packet
+//! leave for the host (`tess_music::net::WireTap`), and its receive processing can run on the
+//! synthesizer's harts ([`NetnsPair::steer_receive`]). Then the cable's timer and its softirq
+//! run where a real network adapter's interrupt would be steered, on the host's receiving hart,
+//! and the device's own process only keeps the queue filled: the link paces the device's
+//! packets as hardware does, whatever else runs on the device's hart.
 //!
-//! The emulator joins the namespace with `setns(2)` ([`enter`]) before it creates its socket
-//! (`tess-slabs --netns NAME`), or is started with `ip netns exec NAME tess-slabs ...`.
-//! `scripts/slabs-netns.sh` does the same from a shell.
+//! Created with iproute2 (`ip netns add`, `ip link add ... type veth peer name ... netns ...`,
+//! `ip route`); [`NetnsPair`] deletes everything on drop. Where that is not permitted (no
+//! CAP_NET_ADMIN), [`Link::veth_or_loopback`] falls back to 127.0.0.1.
 //!
-//! Worked example: `NetnsPair::create("slabs", [10, 213, 77])` gives interfaces `slabs-h` and
-//! `slabs-d`; the synthesizer binds `10.213.77.1:9701`, the emulator (in `slabs`) sends there.
+//! The emulator joins the device namespace with `setns(2)` ([`enter`]) before it creates its
+//! socket (`tess-slabs --netns NAME`), or is started with `ip netns exec NAME tess-slabs ...`.
+//!
+//! Worked example: `NetnsPair::create("slabs", [10, 213, 77])` gives namespaces `slabs` and
+//! `slabs-w` and interfaces `slabs-e`, `slabs-f`, `slabs-d` and `slabs-h`; the synthesizer
+//! binds `10.213.77.1:9701`, the emulator (in `slabs`, address 10.213.78.2) sends there.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The default /30 prefix of the pair: host `.1`, device `.2`.
+/// The default /30 prefix of the host's side of the cable: host `.1`, the wire `.2`. The
+/// device's side is the next /24 up (`10.213.78.0/30`: the wire `.1`, the device `.2`).
 pub const DEFAULT_PREFIX: [u8; 3] = [10, 213, 77];
 
 /// Error creating or entering a namespace.
@@ -39,8 +50,26 @@ pub enum NetnsError {
         /// What `ip` printed.
         stderr: String,
     },
-    /// `ip` could not be run at all.
-    #[error("cannot run `ip` (install iproute2): {0}")]
+    /// A `tc` command failed (the kernel lacks the `tbf` queueing discipline, say).
+    #[error("`tc {args}` failed: {stderr}")]
+    Tc {
+        /// The arguments.
+        args: String,
+        /// What `tc` printed.
+        stderr: String,
+    },
+    /// A setting inside the wire namespace could not be written.
+    #[error("cannot set {what} in network namespace {ns}: {stderr}")]
+    Setting {
+        /// What (a sysctl, an interface's RPS mask).
+        what: String,
+        /// The namespace.
+        ns: String,
+        /// What the shell printed.
+        stderr: String,
+    },
+    /// `ip` or `tc` could not be run at all.
+    #[error("cannot run `ip` or `tc` (install iproute2): {0}")]
     Spawn(#[source] std::io::Error),
     /// The name is unusable for interface names (at most 13 characters, `[A-Za-z0-9_-]`).
     #[error("network namespace name {0:?} must be 1-13 characters of [A-Za-z0-9_-]")]
@@ -57,28 +86,71 @@ pub enum NetnsError {
 }
 
 fn ip(args: &[&str]) -> Result<(), NetnsError> {
-    let out = Command::new("ip")
+    iproute2("ip", args).map_err(|(args, stderr)| NetnsError::Ip { args, stderr })
+}
+
+fn tc(args: &[&str]) -> Result<(), NetnsError> {
+    iproute2("tc", args).map_err(|(args, stderr)| NetnsError::Tc { args, stderr })
+}
+
+/// Runs an iproute2 tool; on failure, its arguments and what it printed.
+fn iproute2(tool: &str, args: &[&str]) -> Result<(), (String, String)> {
+    let out = Command::new(tool)
         .args(args)
+        .output()
+        .map_err(|e| (args.join(" "), format!("cannot run {tool}: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err((
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
+    }
+}
+
+/// Writes `value` to `file` (a path under `/proc/sys` or `/sys`) inside namespace `ns`, where
+/// `ip netns exec` mounts that namespace's view of both.
+fn write_in(ns: &str, file: &str, value: &str) -> Result<(), NetnsError> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "sh",
+            "-c",
+            "echo \"$1\" > \"$2\"",
+            "sh",
+        ])
+        .args([value, file])
         .output()
         .map_err(NetnsError::Spawn)?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(NetnsError::Ip {
-            args: args.join(" "),
+        Err(NetnsError::Setting {
+            what: file.to_string(),
+            ns: ns.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         })
     }
 }
 
-/// A namespace with a veth pair to the root namespace; removed on drop.
+/// The device's namespace, the wire's namespace between it and the root namespace, and the
+/// two veth pairs; removed on drop.
 #[derive(Debug)]
 pub struct NetnsPair {
-    /// Namespace name.
+    /// The device's namespace.
     pub name: String,
+    /// The wire's namespace (`NAME-w`).
+    pub wire: String,
     /// Interface in the root namespace.
     pub host_if: String,
-    /// Interface inside the namespace.
+    /// The wire's interface facing the host (its egress is the cable's queue).
+    pub wire_host_if: String,
+    /// The wire's interface facing the device.
+    pub wire_device_if: String,
+    /// Interface inside the device's namespace.
     pub device_if: String,
     /// Address of `host_if` (the synthesizer binds here).
     pub host_addr: Ipv4Addr,
@@ -87,8 +159,10 @@ pub struct NetnsPair {
 }
 
 impl NetnsPair {
-    /// Creates namespace `name` with the veth pair `name-h` / `name-d` on `prefix.1/30` and
-    /// `prefix.2/30`. A stale namespace or interface of the same name is removed first.
+    /// Creates the device's namespace `name`, the wire's namespace `name-w` and the veth pairs
+    /// `name-h` / `name-d` (on `prefix.1/30` and `prefix.2/30`) and `name-f` / `name-e` (the
+    /// next /24 up), with routes through the wire. A stale namespace or interface of the same
+    /// names is removed first.
     pub fn create(name: &str, prefix: [u8; 3]) -> Result<NetnsPair, NetnsError> {
         if name.is_empty()
             || name.len() > 13
@@ -98,18 +172,30 @@ impl NetnsPair {
         {
             return Err(NetnsError::Name(name.to_string()));
         }
+        let inner = [prefix[0], prefix[1], prefix[2].wrapping_add(1)];
+        let wire_near_device = Ipv4Addr::new(inner[0], inner[1], inner[2], 1);
         let pair = NetnsPair {
             name: name.to_string(),
+            wire: format!("{name}-w"),
             host_if: format!("{name}-h"),
-            device_if: format!("{name}-d"),
+            wire_host_if: format!("{name}-d"),
+            wire_device_if: format!("{name}-f"),
+            device_if: format!("{name}-e"),
             host_addr: Ipv4Addr::new(prefix[0], prefix[1], prefix[2], 1),
-            device_addr: Ipv4Addr::new(prefix[0], prefix[1], prefix[2], 2),
+            device_addr: Ipv4Addr::new(inner[0], inner[1], inner[2], 2),
         };
         pair.remove();
+        let wire_near_host = Ipv4Addr::new(prefix[0], prefix[1], prefix[2], 2);
         let host_cidr = format!("{}/30", pair.host_addr);
+        let wire_host_cidr = format!("{wire_near_host}/30");
+        let wire_device_cidr = format!("{wire_near_device}/30");
         let dev_cidr = format!("{}/30", pair.device_addr);
-        let steps: [&[&str]; 7] = [
-            &["netns", "add", name],
+        let device_net = format!("{}.{}.{}.0/30", inner[0], inner[1], inner[2]);
+        let (wire_host, wire_device) = (wire_near_host.to_string(), wire_near_device.to_string());
+        let (n, w) = (name, pair.wire.as_str());
+        let steps: [&[&str]; 16] = [
+            &["netns", "add", n],
+            &["netns", "add", w],
             &[
                 "link",
                 "add",
@@ -118,53 +204,121 @@ impl NetnsPair {
                 "veth",
                 "peer",
                 "name",
-                &pair.device_if,
+                &pair.wire_host_if,
                 "netns",
-                name,
+                w,
             ],
             &["addr", "add", &host_cidr, "dev", &pair.host_if],
             &["link", "set", &pair.host_if, "up"],
-            &["-n", name, "addr", "add", &dev_cidr, "dev", &pair.device_if],
-            &["-n", name, "link", "set", &pair.device_if, "up"],
-            &["-n", name, "link", "set", "lo", "up"],
+            &[
+                "-n",
+                w,
+                "addr",
+                "add",
+                &wire_host_cidr,
+                "dev",
+                &pair.wire_host_if,
+            ],
+            &["-n", w, "link", "set", &pair.wire_host_if, "up"],
+            &[
+                "-n",
+                w,
+                "link",
+                "add",
+                &pair.wire_device_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &pair.device_if,
+                "netns",
+                n,
+            ],
+            &[
+                "-n",
+                w,
+                "addr",
+                "add",
+                &wire_device_cidr,
+                "dev",
+                &pair.wire_device_if,
+            ],
+            &["-n", w, "link", "set", &pair.wire_device_if, "up"],
+            &["-n", w, "link", "set", "lo", "up"],
+            &["-n", n, "addr", "add", &dev_cidr, "dev", &pair.device_if],
+            &["-n", n, "link", "set", &pair.device_if, "up"],
+            &["-n", n, "link", "set", "lo", "up"],
+            &["-n", n, "route", "add", "default", "via", &wire_device],
+            &[
+                "route",
+                "add",
+                &device_net,
+                "via",
+                &wire_host,
+                "dev",
+                &pair.host_if,
+            ],
         ];
-        for args in steps {
-            if let Err(e) = ip(args) {
-                pair.remove();
-                return Err(e);
-            }
+        let made = steps
+            .iter()
+            .try_for_each(|args| ip(args))
+            .and_then(|()| write_in(w, "/proc/sys/net/ipv4/ip_forward", "1"));
+        if let Err(e) = made {
+            pair.remove();
+            return Err(e);
         }
         Ok(pair)
     }
 
-    /// Steers the receive processing of what the emulator sends (the root-namespace end's
-    /// receive queues) to `harts` with RPS (`rps_cpus`), so that the kernel's network work for
-    /// the synthesizer runs on the synthesizer's own harts rather than on the hart that sent
-    /// the packet (the emulator's, shared with interference), where it waits behind any
-    /// higher-priority task. The setting goes away with the interface.
-    pub fn steer_receive(&self, harts: &tess_sched::HartSet) -> std::io::Result<usize> {
-        let queues = std::path::Path::new("/sys/class/net")
-            .join(&self.host_if)
-            .join("queues");
-        let mut steered = 0;
-        for entry in std::fs::read_dir(&queues)? {
-            let queue = entry?.path();
-            let is_rx = queue
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("rx-"));
-            if is_rx {
-                std::fs::write(queue.join("rps_cpus"), harts.to_hex_mask())?;
-                steered += 1;
-            }
-        }
-        Ok(steered)
+    /// Runs the wire's receive processing of what the device sends (the device-facing
+    /// interface's receive queues) on `harts` with RPS (`rps_cpus`): the forwarding, the cable's
+    /// queue and its timer then run there, as a network adapter's interrupt steered to the
+    /// synthesizer's hart would, instead of on the hart that sent the packet (the emulator's,
+    /// shared with interference), where they wait behind any higher-priority task. Returns the
+    /// number of receive queues steered. The setting goes away with the interface.
+    pub fn steer_receive(&self, harts: &tess_sched::HartSet) -> Result<usize, NetnsError> {
+        // veth has one receive queue unless created with more.
+        let file = format!(
+            "/sys/class/net/{}/queues/rx-0/rps_cpus",
+            self.wire_device_if
+        );
+        write_in(&self.wire, &file, &harts.to_hex_mask())?;
+        Ok(1)
+    }
+
+    /// Makes the cable release what the device sends at `rate` bytes per second with a bucket
+    /// of `burst` bytes: a token-bucket queue on the wire's host-facing interface (`tc qdisc
+    /// replace dev NAME-d root tbf` in `NAME-w`), whose timer sends each packet from interrupt
+    /// context on the hart that runs the wire (see [`steer_receive`](Self::steer_receive)),
+    /// whatever the device's hart is running (`tess_music::emulator::Pace::Link`; the rate and
+    /// burst come from `emulator::link_rate`). The queue holds up to 512 KiB. It goes away with
+    /// the namespace.
+    pub fn pace_device(&self, rate: u64, burst: u64) -> Result<(), NetnsError> {
+        let (rate, burst) = (format!("{rate}bps"), burst.to_string());
+        tc(&[
+            "-n",
+            &self.wire,
+            "qdisc",
+            "replace",
+            "dev",
+            &self.wire_host_if,
+            "root",
+            "tbf",
+            "rate",
+            &rate,
+            "burst",
+            &burst,
+            "limit",
+            "524288",
+        ])
     }
 
     fn remove(&self) {
-        // Deleting one end of a veth pair deletes both; deleting the namespace deletes the end
-        // inside it. Errors mean "was not there".
+        // Deleting one end of a veth pair deletes both; deleting a namespace deletes the ends
+        // inside it, and the root namespace's route goes with its interface. Errors mean "was
+        // not there".
         let _ = ip(&["link", "del", &self.host_if]);
+        let _ = ip(&["netns", "del", &self.wire]);
         let _ = ip(&["netns", "del", &self.name]);
     }
 }
@@ -213,8 +367,8 @@ impl Link {
     pub fn describe(&self) -> String {
         match self {
             Link::Veth(p) => format!(
-                "veth pair {} ({}) <-> {} ({}) in netns {}",
-                p.host_if, p.host_addr, p.device_if, p.device_addr, p.name
+                "{} ({}) <-> wire netns {} <-> {} ({}) in netns {}",
+                p.host_if, p.host_addr, p.wire, p.device_if, p.device_addr, p.name
             ),
             Link::Loopback => "loopback 127.0.0.1".into(),
         }
@@ -262,14 +416,9 @@ mod tests {
     fn veth_pair_carries_a_datagram_or_falls_back() {
         let (link, why) = Link::veth_or_loopback("tmtest0");
         if let Link::Veth(p) = &link {
-            // Receive processing steered to hart 0: the mask is written, and packets still flow.
+            // The wire's receive processing steered to hart 0: the mask is written, and packets
+            // still flow through the wire.
             assert_eq!(p.steer_receive(&tess_sched::HartSet::single(0)).unwrap(), 1);
-            let mask = std::fs::read_to_string(format!(
-                "/sys/class/net/{}/queues/rx-0/rps_cpus",
-                p.host_if
-            ))
-            .unwrap();
-            assert_eq!(mask.trim().trim_start_matches(['0', ',']), "1", "{mask}");
         }
         let host = Endpoint::bind((link.host_ip(), 0).into()).unwrap();
         let to_host = Peer::from_socket_addr(host.local_addr());

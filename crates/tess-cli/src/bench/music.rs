@@ -25,28 +25,34 @@
 //!
 //! # The same machine preparation for every scenario
 //!
-//! - Receive steering: the kernel's receive processing of the synthesizer's packets runs on
-//!   the synthesizer's hart (RPS on the veth) in every scenario (`--no-steer`: nowhere).
+//! - The cable: the emulator's packets cross a wire network namespace between its own and the
+//!   host's (`tess_music::netns`), whose forwarding, queue and timer run on the synthesizer's
+//!   hart (RPS), as a network adapter's interrupt steered there would, in every scenario
+//!   (`--no-steer`: where Linux puts them, the emulator's hart).
 //! - Idle hart: in A/B/E the synthesizer busy-polls its socket, so its hart never idles; in D
 //!   and E_linux the FIFO 99 synthesizer sleeps in `recv` and a `SCHED_IDLE` spinner
 //!   (`tess-idle-spin`) keeps the hart awake instead. The table shows the spinner's CPU time
 //!   and each hart's busy share.
 //! - Test equipment: the emulator stands in for the paper's second machine (an FPGA). It runs
 //!   the same way in every scenario: on the first shared hart, outside the cells, SCHED_FIFO
-//!   98, sleeping until 20 us before each packet and spinning the rest. On this virtual machine
-//!   it needs about 80% of that hart (a send, a timer and an inter-processor interrupt per
-//!   45 us packet each cost a hypervisor exit), so it shares the hart with everything else.
-//!   Whatever the scenario runs above SCHED_FIFO 98 on that hart delays it, and the primary
-//!   figure counts that: in B and E the video cells' `SCHED_DEADLINE` slices (200 us each,
-//!   examples/music/group2.toml sizes them so), in E_linux the rogue's SCHED_FIFO 99 spinners.
-//!   The "send late" column shows the equipment's own lateness per scenario.
+//!   98. The cable paces its packets (`--equipment-pace link`, the default): a token-bucket
+//!   queue in the wire's namespace releases one every 45.35 us from a kernel timer, and the
+//!   emulator only keeps 12 packages (8.7 ms) queued ahead, waking twice a package. So nothing
+//!   on the emulator's hart delays the device, as nothing on the host delays a real SLABS:
+//!   found with the kernel's trace (issue 11), the earlier self-paced emulator needed about
+//!   70% of its hart on this virtual machine and waited behind the video cells' deadline
+//!   threads, which ran up to 3.8 ms past their budgets, and behind softirqs deferred to
+//!   `ksoftirqd`, so B measured the equipment, not the synthesizer. `--equipment-pace
+//!   hybrid:20` brings that back for comparison. The "send late" column is the cable's
+//!   pacing error (packet 15's departure against packet 0's plus 680.27 us).
 //!
 //! # What is measured
 //!
 //! The primary figure is what a user measures: the device-side response `tf - t0`, from the
-//! actual send of the package's first packet to the kernel's receive stamp of the answer.
+//! package's first packet leaving for the host (the kernel's stamp from a tap on the cable,
+//! `tess_music::net::WireTap`) to the kernel's receive stamp of the answer at the device.
 //! Derived columns say where time went: the ideal device's view (680.27 us plus the time from
-//! the last packet's kernel transmit stamp to the answer), the synthesizer's own `t2 - t1`,
+//! the last packet's departure to the answer), the synthesizer's own `t2 - t1`,
 //! the emulator's pacing lateness, and per hart the busy share and the hypervisor's steal time
 //! (`/proc/stat`), the evidence for stalls that no setting inside the machine can prevent.
 //!
@@ -125,8 +131,18 @@ pub struct MusicArgs {
     /// Emulator and synthesizer talk over loopback instead.
     #[arg(long)]
     pub loopback: bool,
-    /// Leave the kernel's receive processing of the synthesizer's packets where Linux puts it
-    /// (the sending hart) in every scenario, instead of steering it to the synthesizer's hart.
+    /// How the test equipment paces its packets, in every scenario: `link` (the default: a
+    /// token-bucket queue on the cable, in the wire's network namespace, releases one packet
+    /// every 45.35 us from its own timer, as the device's hardware would, and the emulator
+    /// keeps 12 packages queued; `link:N` keeps N), or the emulator's own clock: `hybrid:US`
+    /// (sleep until US microseconds before each packet, then spin), `spin`, `sleep`.
+    /// Self-pacing shares the emulator's hart with whatever runs there, so the interference
+    /// then delays the device.
+    #[arg(long, value_name = "PACE", default_value = "link")]
+    pub equipment_pace: tess_music::emulator::Pace,
+    /// Leave the wire (forwarding, the cable's queue and its timer) where Linux puts it, the
+    /// emulator's hart, in every scenario, instead of running it on the synthesizer's hart as an
+    /// adapter's interrupt steered there would.
     #[arg(long)]
     pub no_steer: bool,
 }
@@ -572,6 +588,7 @@ pub fn run(a: &MusicArgs) -> anyhow::Result<Report> {
         equipment: EmulatorPlacement {
             hart: Some(emulator_hart),
             response: Response::Actual,
+            pace: a.equipment_pace,
             ..scenario::default_emulator()
         },
         netns: (!a.loopback).then(|| a.netns.clone()),
@@ -788,9 +805,20 @@ fn report(
                 .as_array()
                 .map(|runs| runs.iter().map(describe_attempt).collect())
                 .unwrap_or_default();
+            let profile = &round.capacity["capacity"]["trials"][1];
+            let predicted = match (
+                profile["oscillators"].as_f64(),
+                profile["cpu_us"]["p99"].as_f64(),
+            ) {
+                (Some(n), Some(p99)) if p99 > 0.0 => format!(
+                    "predicted from a profile at {n:.0} oscillators (p99 CPU time per package {p99:.1} us of a {:.1} us period); ",
+                    tess_music::slabs::PACKAGE_PERIOD_NS as f64 / 1000.0
+                ),
+                _ => String::new(),
+            };
             if !attempts.is_empty() {
                 r.note(format!(
-                    "capacity, round {}: {:.0}-s confirmation attempts: {}",
+                    "capacity, round {}: {predicted}{:.0}-s confirmation attempts: {}",
                     i + 1,
                     plan.capacity_s,
                     attempts.join("; ")
@@ -927,12 +955,13 @@ fn report(
     }
     r.figure("noise_floor_max_us", floor.summary_us.max);
     r.note(format!(
-        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (A, B, E) or holds the SCHED_FIFO 99 synthesizer and its idle spinner (D, E_linux); hart(s) {} hold the console service, the interference and the rogue swarm, in the cells of examples/music/group1.toml, group2.toml and rogue.toml (by default a time-triggered video 200 us / 3 ms and an event-triggered one 200 us / 3 ms; two best-effort EP cells; the rogue's best-effort cell) or as plain floating processes (C, D, E_linux). The SLABS emulator is test equipment, the same in all: hart {emulator_hart}, outside the cells, SCHED_FIFO 98, sleeping until 20 us before each packet. {}",
+        "hart layout: hart {synth_hart} is dedicated to the synthesizer's cell (A, B, E) or holds the SCHED_FIFO 99 synthesizer and its idle spinner (D, E_linux); hart(s) {} hold the console service, the interference and the rogue swarm, in the cells of examples/music/group1.toml, group2.toml and rogue.toml (by default a time-triggered video 200 us / 3 ms and an event-triggered one 200 us / 3 ms; two best-effort EP cells; the rogue's best-effort cell) or as plain floating processes (C, D, E_linux). The SLABS emulator is test equipment, the same in all: hart {emulator_hart}, outside the cells, SCHED_FIFO 98, pace {}. {}",
         plan.shared,
+        plan.equipment.pace,
         if plan.steer.is_some() {
-            format!("In every scenario the kernel's receive processing of the synthesizer's packets is steered to hart {synth_hart} (RPS on the veth).")
+            format!("In every scenario the wire (the cable's forwarding, queue and timer, in its own network namespace) runs on hart {synth_hart}, as a network adapter's interrupt steered there would (RPS).")
         } else {
-            "The kernel's receive processing of the synthesizer's packets runs where Linux puts it (the sending hart) in every scenario.".to_string()
+            "The wire (the cable's forwarding, queue and timer) runs where Linux puts it, the emulator's hart, in every scenario.".to_string()
         }
     ));
     r.note(format!(

@@ -37,10 +37,18 @@ struct Cli {
     /// Seconds sent and answered first but not measured.
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     warmup: f64,
-    /// Pacing: `spin` (busy-wait), `sleep` (absolute sleeps, jittery) or `hybrid:US` (sleep
-    /// until US microseconds before each packet, then spin).
+    /// Pacing: `spin` (busy-wait), `sleep` (absolute sleeps, jittery), `hybrid:US` (sleep
+    /// until US microseconds before each packet, then spin), or `link` / `link:PACKAGES`: the
+    /// link paces (a token-bucket queue on the cable releases a packet every 45.35 us; set one
+    /// up with `tc qdisc replace dev IF root tbf rate 18389700bps burst 2502 limit 524288`) and
+    /// the emulator keeps PACKAGES (default 12) queued ahead, waking twice a package.
     #[arg(long, default_value = "spin")]
     pace: Pace,
+    /// With `--pace link`: read each package's departure times from a tap on the cable,
+    /// interface IFACE in network namespace NETNS (root), instead of the kernel's transmit
+    /// stamps of the emulator's own socket (taken before the cable's queue).
+    #[arg(long, value_name = "NETNS:IFACE")]
+    tap: Option<String>,
     /// Milliseconds to wait for the last answers.
     #[arg(long, default_value_t = 50)]
     drain_ms: u64,
@@ -101,6 +109,20 @@ const DEFAULT_GESTURE: &str = include_str!("../../gestures/default.toml");
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // The tap lives in the wire's namespace: open it there, before moving to the device's.
+    let tap = match &cli.tap {
+        Some(spec) => {
+            let (ns, iface) = spec
+                .split_once(':')
+                .with_context(|| format!("--tap {spec:?} is not NETNS:IFACE"))?;
+            netns::enter(ns)?;
+            Some(
+                tess_music::net::WireTap::open(iface)
+                    .with_context(|| format!("opening a tap on {iface} in netns {ns}"))?,
+            )
+        }
+        None => None,
+    };
     if let Some(ns) = &cli.netns {
         netns::enter(ns)?;
     }
@@ -146,7 +168,7 @@ fn main() -> Result<()> {
         "tess-slabs: sending {:?} to {} for {} s (+{} s warm-up), pace {}",
         cfg.gesture.name, cfg.target, cli.duration, cli.warmup, cfg.pace
     );
-    let run = emulator::run(&cfg, &rt::STOP)?;
+    let run = emulator::run_tapped(&cfg, &rt::STOP, tap.as_ref())?;
     if let Some(path) = &cli.samples_file {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,

@@ -236,17 +236,26 @@ pub fn baseline_e_linux(duration: Duration, swarm: u32) -> ScenarioSpec {
     }
 }
 
-/// The emulator placement of the baselines: hart 0, SCHED_FIFO 98, `hybrid:20` pacing.
+/// The test equipment of every scenario: the emulator on hart 0 at SCHED_FIFO 98, the cable
+/// pacing its packets (`Pace::Link`: a token-bucket queue in the wire's namespace releases one
+/// every 45.35 us from its own timer, as a device's hardware would; with `steer_receive` the
+/// wire runs on the synthesizer's harts, where an adapter's interrupt would be steered).
 pub fn default_emulator() -> EmulatorPlacement {
     EmulatorPlacement {
         hart: Some(0),
         fifo: Some(98),
-        pace: Pace::Hybrid {
-            margin: Duration::from_micros(20),
+        pace: Pace::Link {
+            lead: crate::emulator::DEFAULT_LINK_LEAD,
         },
         response: crate::emulator::Response::Actual,
     }
 }
+
+/// What the emulator falls back to where the link cannot pace (loopback, no `tbf`): sleep until
+/// 20 us before each packet and spin the rest, on its own clock.
+pub const SELF_PACED: Pace = Pace::Hybrid {
+    margin: Duration::from_micros(20),
+};
 
 /// Where the runner finds programs and puts files.
 #[derive(Debug, Clone)]
@@ -461,16 +470,38 @@ pub fn run_scenario(
     };
     if let (Some(p), Some(harts)) = (&pair, &spec.steer_receive) {
         match p.steer_receive(harts) {
-            Ok(n) => notes.push(format!(
-                "receive processing of {} ({n} queue(s)) steered to harts {harts} (RPS)",
-                p.host_if
+            Ok(_) => notes.push(format!(
+                "the wire ({}: forwarding, the cable's queue and timer) runs on harts {harts} (RPS), as an adapter's interrupt steered there would",
+                p.wire
             )),
             Err(e) => notes.push(format!(
-                "cannot steer receive processing of {} to harts {harts}: {e}",
-                p.host_if
+                "cannot run the wire ({}) on harts {harts}: {e}",
+                p.wire
             )),
         }
     }
+    // The equipment: the cable paces where it can.
+    let pace = match (spec.emulator.pace, &pair) {
+        (Pace::Link { .. }, Some(p)) => {
+            let (rate, burst) = crate::emulator::link_rate();
+            match p.pace_device(rate, burst) {
+                Ok(()) => spec.emulator.pace,
+                Err(e) => {
+                    notes.push(format!(
+                        "the link cannot pace ({e}): the emulator paces itself ({SELF_PACED})"
+                    ));
+                    SELF_PACED
+                }
+            }
+        }
+        (Pace::Link { .. }, None) => {
+            notes.push(format!(
+                "no veth pair to pace: the emulator paces itself ({SELF_PACED})"
+            ));
+            SELF_PACED
+        }
+        (other, _) => other,
+    };
     let host_ip = pair
         .as_ref()
         .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |p| IpAddr::V4(p.host_addr));
@@ -624,7 +655,7 @@ pub fn run_scenario(
         os("--samples-file"),
         dev_samples.clone().into(),
         os("--pace"),
-        os(spec.emulator.pace.to_string()),
+        os(pace.to_string()),
         os("--response"),
         os(match spec.emulator.response {
             crate::emulator::Response::Actual => "actual",
@@ -639,6 +670,9 @@ pub fn run_scenario(
     }
     if let Some(p) = &pair {
         args.extend([os("--netns"), os(&p.name)]);
+        if matches!(pace, Pace::Link { .. }) {
+            args.extend([os("--tap"), os(format!("{}:{}", p.wire, p.wire_host_if))]);
+        }
     }
     if let Some(g) = &spec.gesture {
         args.extend([os("--gesture"), g.clone().into()]);
@@ -780,7 +814,7 @@ pub fn run_scenario(
     }
     let link = pair_description(spec);
     let layout = format!(
-        "synth {} {} wait {}; emulator {} {} pace {}; interference {} video + {} EP x {} threads (floating); {link}",
+        "synth {} {} wait {}; emulator {} {} pace {pace}; interference {} video + {} EP x {} threads (floating); {link}",
         spec.synth
             .harts
             .as_ref()
@@ -798,7 +832,6 @@ pub fn run_scenario(
         spec.emulator
             .fifo
             .map_or("CFS".to_string(), |p| format!("SCHED_FIFO {p}")),
-        spec.emulator.pace,
         spec.interference.videos,
         spec.interference.ep_processes,
         spec.interference.ep_threads.max(1),
