@@ -29,10 +29,11 @@
 //!   host's (`tess_music::netns`), whose forwarding, queue and timer run on the synthesizer's
 //!   hart (RPS), as a network adapter's interrupt steered there would, in every scenario
 //!   (`--no-steer`: where Linux puts them, the emulator's hart).
-//! - Idle hart: in A/B/E the synthesizer busy-polls its socket, so its hart never idles; in D
-//!   and E_linux the FIFO 99 synthesizer sleeps in `recv` and a `SCHED_IDLE` spinner
-//!   (`tess-idle-spin`) keeps the hart awake instead. The table shows the spinner's CPU time
-//!   and each hart's busy share.
+//! - The synthesizer runs the same way everywhere it is pinned: `SCHED_FIFO` 99, sleeping in
+//!   `recv` between packets, a `SCHED_IDLE` spinner keeping its hart awake (the cell's, `idle =
+//!   "spin"`, in A/B/E; `tess-idle-spin` in D and E_linux). So A/B/E and D differ only in what
+//!   tess adds: the hart is the cell's alone. `--synth spin` busy-polls instead, as the paper's
+//!   runtime did. The table shows the baseline spinner's CPU time and each hart's busy share.
 //! - Test equipment: the emulator stands in for the paper's second machine (an FPGA). It runs
 //!   the same way in every scenario: on the first shared hart, outside the cells, SCHED_FIFO
 //!   98. The cable paces its packets (`--equipment-pace link`, the default): a token-bucket
@@ -112,12 +113,14 @@ pub struct MusicArgs {
     /// shipped manifests.
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
-    /// How the synthesizer runs in its cell (A, B, E): `spin` (busy-poll, SCHED_OTHER: the
-    /// paper's one hart continuously handling communication), `fifo-block` (SCHED_FIFO 99,
-    /// sleeping in recv; the cell's idle spinner keeps its hart busy) or `fifo-spin`
+    /// How the synthesizer runs in its cell (A, B, E): `fifo-block` (the default: as D's
+    /// careful user runs it, SCHED_FIFO 99 sleeping in recv, the cell's idle spinner keeping
+    /// its hart awake), `spin` (busy-poll, SCHED_OTHER: the paper's one hart continuously
+    /// handling communication; the network work for it, a softirq on its hart, can then wait
+    /// behind it for a time slice when the kernel defers it to `ksoftirqd`) or `fifo-spin`
     /// (busy-poll under SCHED_FIFO, which the kernel's fair server stalls for 50 ms at a time:
     /// a bad idea shown for completeness).
-    #[arg(long, value_enum, default_value = "spin")]
+    #[arg(long, value_enum, default_value = "fifo-block")]
     pub synth: SynthMode,
     /// Network namespace the emulator runs in, reaching the synthesizer over a veth pair (a
     /// second host, as in the paper; falls back to loopback if it cannot be made).
@@ -230,10 +233,13 @@ fn manifest(
     };
     let mut cells = tess_core::manifest::parse(&text)?.cells;
     for c in &mut cells {
-        if c.name == SYNTH && mode == SynthMode::FifoBlock {
+        if c.name == SYNTH {
             // A synthesizer that sleeps in recv gets the idle spinner, so that each packet wakes
-            // it on a running hart.
-            c.idle = Some(IdleMode::Spin);
+            // it on a running hart; one that busy-polls keeps its hart busy itself.
+            c.idle = Some(match mode {
+                SynthMode::FifoBlock => IdleMode::Spin,
+                SynthMode::Spin | SynthMode::FifoSpin => IdleMode::Halt,
+            });
         }
     }
     Ok(cells)
