@@ -54,6 +54,8 @@ impl ApiError {
 #[derive(Debug)]
 pub struct Client {
     stream: UnixStream,
+    /// The same socket, read through a buffer: a reply's length and body in one system call.
+    reader: std::io::BufReader<UnixStream>,
 }
 
 /// The socket path: `$TESS_SOCKET`, or the default.
@@ -70,7 +72,14 @@ impl Client {
             path: path.to_path_buf(),
             cause,
         })?;
-        let mut c = Client { stream };
+        let reader = std::io::BufReader::with_capacity(
+            64 << 10,
+            stream.try_clone().map_err(|cause| ApiError::Unreachable {
+                path: path.to_path_buf(),
+                cause,
+            })?,
+        );
+        let mut c = Client { stream, reader };
         c.call(&Request::Hello {
             version: PROTOCOL_VERSION,
         })?;
@@ -90,7 +99,7 @@ impl Client {
     /// Sends a request and waits for its reply.
     pub fn call(&mut self, req: &Request) -> Result<Body, ApiError> {
         frame::write(&mut self.stream, req)?;
-        match frame::read::<_, Response>(&mut self.stream)? {
+        match frame::read::<_, Response>(&mut self.reader)? {
             Response::Ok { body } => Ok(body),
             Response::Error { kind, message } => Err(ApiError::Daemon { kind, message }),
         }

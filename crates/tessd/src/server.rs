@@ -8,7 +8,7 @@ use crate::engine::Caller;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::io::ErrorKind as IoKind;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -173,11 +173,55 @@ pub fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
     }
 }
 
+/// The last `status` reply a connection sent, as the bytes of its frame: sent again while the
+/// published snapshot is the same one and the reply is younger than [`STATUS_REUSE`] (its
+/// uptime and load figures are then at most that old). A client asking for status in a loop
+/// costs tessd a frame write instead of building and serialising the reply each time.
+struct StatusReply {
+    snapshot: Arc<crate::engine::view::Snapshot>,
+    built: std::time::Instant,
+    frame: Vec<u8>,
+}
+
+/// How long a connection reuses its last `status` reply (see [`StatusReply`]).
+const STATUS_REUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The frame answering `status` on this connection: the last one while it is fresh (same
+/// snapshot, younger than [`STATUS_REUSE`]), else a new one.
+fn status_frame<'a>(
+    last: &'a mut Option<StatusReply>,
+    daemon: &Daemon,
+    caller: &crate::engine::Caller,
+) -> Result<&'a [u8]> {
+    let snapshot = daemon.snapshot();
+    let fresh = last
+        .as_ref()
+        .is_some_and(|r| Arc::ptr_eq(&r.snapshot, &snapshot) && r.built.elapsed() < STATUS_REUSE);
+    if !fresh {
+        let resp = snapshot
+            .handle(caller, &Request::Status)
+            .expect("status is answered by snapshots");
+        let mut frame = Vec::new();
+        frame::write(&mut frame, &resp)?;
+        *last = Some(StatusReply {
+            snapshot,
+            built: std::time::Instant::now(),
+            frame,
+        });
+    }
+    Ok(&last.as_ref().expect("set above").frame)
+}
+
 fn connection(mut stream: UnixStream, daemon: &Daemon, names: &Names) -> Result<()> {
     let caller = peer(&stream)?;
     let mut greeted = false;
+    // Requests are read through a buffer (a frame's length and body in one system call); replies
+    // go to the stream itself. A connection that hands its stream over (a registering service)
+    // has sent nothing after its request, so nothing is left in the buffer then.
+    let mut reader = std::io::BufReader::with_capacity(16 << 10, stream.try_clone()?);
+    let mut last_status: Option<StatusReply> = None;
     loop {
-        let req: Request = match frame::read(&mut stream) {
+        let req: Request = match frame::read(&mut reader) {
             Ok(r) => r,
             Err(FrameError::Closed) => return Ok(()),
             Err(FrameError::Json(e)) => {
@@ -246,6 +290,12 @@ fn connection(mut stream: UnixStream, daemon: &Daemon, names: &Names) -> Result<
             }
         }
         let (op, started) = (crate::metrics::op_name(&req), std::time::Instant::now());
+        if greeted && matches!(req, Request::Status) {
+            let frame = status_frame(&mut last_status, daemon, &caller)?;
+            crate::metrics::TRANSACTIONS.record(op, true, started.elapsed());
+            stream.write_all(frame)?;
+            continue;
+        }
         let resp = if !greeted && !is_hello {
             err(ErrorKind::Usage, "the first request must be hello")
         } else {
@@ -426,4 +476,41 @@ fn connect_client(
     )?;
     tess_channel::handoff::send_endpoint(stream.as_fd(), &client_end)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::tests::{create, engine, root};
+    use tess_core::spec::Policy;
+
+    fn cells_in(frame: &[u8]) -> usize {
+        match frame::read::<_, Response>(&mut &frame[..]).unwrap() {
+            Response::Ok {
+                body: Body::Status(s),
+            } => s.cells,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_connection_resends_its_status_reply_until_the_state_changes() {
+        let (e, _rig) = engine(None);
+        let d = Daemon::new(e);
+        let mut last = None;
+        assert_eq!(cells_in(status_frame(&mut last, &d, &root()).unwrap()), 0);
+        let built = last.as_ref().unwrap().built;
+        status_frame(&mut last, &d, &root()).unwrap();
+        let reused = last.as_ref().unwrap().built == built;
+        // Reused unless this thread was held off the CPU for longer than the reuse window.
+        assert!(reused || built.elapsed() >= STATUS_REUSE);
+        let r = d.transact(|e| e.handle(&root(), create("a", Policy::Dedicated)));
+        assert!(matches!(r, Ok(Response::Ok { .. })), "{r:?}");
+        assert_eq!(
+            cells_in(status_frame(&mut last, &d, &root()).unwrap()),
+            1,
+            "a committed change shows at once"
+        );
+        assert!(last.as_ref().unwrap().built > built);
+    }
 }

@@ -171,12 +171,12 @@ impl Backend for NoCgroups {
     }
 }
 
-struct Rig {
+pub(crate) struct Rig {
     dir: tempfile::TempDir,
     log: Log,
 }
 
-fn engine(refuse: Option<usize>) -> (Engine, Rig) {
+pub(crate) fn engine(refuse: Option<usize>) -> (Engine, Rig) {
     let dir = tempfile::tempdir().unwrap();
     let config = Config {
         state_dir: dir.path().to_path_buf(),
@@ -201,7 +201,7 @@ fn engine(refuse: Option<usize>) -> (Engine, Rig) {
     (e, Rig { dir, log })
 }
 
-fn root() -> Caller {
+pub(crate) fn root() -> Caller {
     Caller {
         uid: 0,
         pid: std::process::id() as i32,
@@ -209,7 +209,7 @@ fn root() -> Caller {
     }
 }
 
-fn create(name: &str, policy: Policy) -> Request {
+pub(crate) fn create(name: &str, policy: Policy) -> Request {
     Request::CreateCell {
         spec: cell(name, policy, HartRequest::Count(1)).spec,
     }
