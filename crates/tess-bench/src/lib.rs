@@ -11,6 +11,7 @@
 pub mod histogram;
 pub mod probe;
 mod report;
+pub mod spinner;
 mod stats;
 
 pub use report::{format_value, Comparison, Report, Table};

@@ -54,6 +54,7 @@ fn the_cable_paces_taps_and_carries_answers_back() {
         netns: Some("tmcable".into()),
         record: None,
         steer_receive: Some(tess_sched::HartSet::single(hart)),
+        cell_spinner: None,
     };
     let r = scenario::run_scenario(&spec, &env(work.path()), &PlainLauncher).unwrap();
     assert!(

@@ -50,6 +50,7 @@ fn a_short_scenario_reports_both_ends_and_draws_its_histogram() {
         netns: None,
         record: None,
         steer_receive: None,
+        cell_spinner: None,
     };
     let r = scenario::run_scenario(&spec, &env, &PlainLauncher).unwrap();
     assert!(

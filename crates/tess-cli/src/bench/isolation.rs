@@ -30,6 +30,7 @@
 
 use super::support::{collect, pick_hart, spawn_work, stop, us, Session};
 use super::Common;
+use tess_bench::spinner::{tessd_idle_spinner, SpinCost, SpinMeter};
 use tess_bench::{probe, Report, Summary, Table};
 use tess_core::spec::{CellSpec, HartRequest, IdleMode, Policy};
 use tess_sched::HartSet;
@@ -57,58 +58,14 @@ fn probe_args(count: usize, policy: &str, hart: Option<usize>, prepared: bool) -
     a
 }
 
-/// A spinner's CPU time over a probe run.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-struct SpinCost {
-    cpu_ms: f64,
-    wall_ms: f64,
-}
-
-impl SpinCost {
-    fn fraction(&self) -> f64 {
-        if self.wall_ms > 0.0 {
-            self.cpu_ms / self.wall_ms
-        } else {
-            0.0
-        }
-    }
-}
-
 /// Runs `f` while measuring the CPU time of process `spinner` (single-threaded).
 fn measured<T>(
     spinner: Option<i32>,
     f: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, Option<SpinCost>)> {
-    let cpu = |pid: i32| tess_sched::proc::thread_cpu_ns(pid, pid);
-    let c0 = spinner.and_then(cpu);
-    let t0 = std::time::Instant::now();
+    let meter = spinner.and_then(SpinMeter::start);
     let out = f()?;
-    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let cost = match (spinner, c0) {
-        (Some(p), Some(c0)) => cpu(p).map(|c1| SpinCost {
-            cpu_ms: c1.saturating_sub(c0) as f64 / 1e6,
-            wall_ms,
-        }),
-        _ => None,
-    };
-    Ok((out, cost))
-}
-
-/// tessd's idle spinner on `hart` (`tessd __spin-idle HART`), found by its command line.
-fn tessd_spinner(hart: usize) -> Option<i32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        if args.len() >= 3 && args[1] == b"__spin-idle" && args[2] == hart.to_string().as_bytes() {
-            return Some(pid);
-        }
-    }
-    None
+    Ok((out, meter.and_then(SpinMeter::stop)))
 }
 
 /// Lets every thread of `pid` run on `harts` (the cpuset still decides what they get).
@@ -223,7 +180,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
             std::thread::sleep(std::time::Duration::from_millis(300));
             load_cell = allowed(load.id());
             let spinner = if mode == IdleMode::Spin {
-                Some(tessd_spinner(hart).ok_or_else(|| {
+                Some(tessd_idle_spinner(hart).ok_or_else(|| {
                     anyhow::anyhow!("no tessd spinner on hart {hart} in a spinning cell")
                 })?)
             } else {

@@ -278,6 +278,7 @@ fn tess_spec(
         netns: None,
         record: None,
         steer_receive: None,
+        cell_spinner: None,
     }
 }
 
@@ -433,7 +434,11 @@ impl Plan<'_> {
         let mode = self.args.synth;
         // One tess scenario in the cells applied so far.
         let run = |name: &str, title: &str, interference: Interference| {
-            let spec = tess_spec(name, title, interference, self.duration, mode);
+            let mut spec = tess_spec(name, title, interference, self.duration, mode);
+            if mode == SynthMode::FifoBlock {
+                // The synthesizer's cell spins while it sleeps: show what that costs.
+                spec.cell_spinner = Some(self.synth_hart);
+            }
             scenario::run_scenario(&self.prepare(spec, round), &env, &launcher)
         };
         let outcome = (|| -> anyhow::Result<()> {

@@ -174,6 +174,9 @@ pub struct ScenarioSpec {
     /// With a veth pair: process the packets the synthesizer receives on these harts (RPS,
     /// [`NetnsPair::steer_receive`]); `None`: where the kernel does by default (the sender's).
     pub steer_receive: Option<tess_sched::HartSet>,
+    /// Measure the CPU time of tessd's idle spinner on this hart while the emulator plays (a
+    /// spinning cell's: `tessd __spin-idle HART`), reported as the scenario's spinner CPU.
+    pub cell_spinner: Option<usize>,
 }
 
 /// Baseline C: the synthesizer on plain Linux (CFS, unpinned, blocking receive) with the
@@ -197,6 +200,7 @@ pub fn baseline_c(duration: Duration) -> ScenarioSpec {
         netns: None,
         record: None,
         steer_receive: None,
+        cell_spinner: None,
     }
 }
 
@@ -222,6 +226,7 @@ pub fn baseline_d(duration: Duration) -> ScenarioSpec {
         netns: None,
         record: None,
         steer_receive: None,
+        cell_spinner: None,
     }
 }
 
@@ -687,9 +692,20 @@ pub fn run_scenario(
         },
     )?;
     let ticks_before = cpu_ticks();
+    let cell_spinner = spec
+        .cell_spinner
+        .and_then(tess_bench::spinner::tessd_idle_spinner)
+        .and_then(tess_bench::spinner::SpinMeter::start);
+    if spec.cell_spinner.is_some() && cell_spinner.is_none() {
+        notes.push(format!(
+            "no tessd idle spinner found on hart {}: its CPU time is not shown",
+            spec.cell_spinner.unwrap_or_default()
+        ));
+    }
     let limit = spec.duration + spec.warmup + Duration::from_secs(30);
     let dev_status = device.wait_timeout(limit);
     let harts = hart_loads(&ticks_before, &cpu_ticks());
+    let cell_spinner = cell_spinner.and_then(tess_bench::spinner::SpinMeter::stop);
 
     // 4. Stop the synthesizer (it prints its report), then the interference.
     synth.signal(libc::SIGINT);
@@ -700,13 +716,16 @@ pub fn run_scenario(
         }
         g.stop(Duration::from_secs(3));
     }
-    let spinner_cpu_fraction = spinner.as_mut().and_then(|g| {
-        g.signal(libc::SIGTERM);
-        g.wait_timeout(Duration::from_secs(3));
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&spinner_out).ok()?).ok()?;
-        v["cpu_fraction"].as_f64()
-    });
+    let spinner_cpu_fraction = spinner
+        .as_mut()
+        .and_then(|g| {
+            g.signal(libc::SIGTERM);
+            g.wait_timeout(Duration::from_secs(3));
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&spinner_out).ok()?).ok()?;
+            v["cpu_fraction"].as_f64()
+        })
+        .or(cell_spinner.map(|c| c.fraction()));
     if spec.interference.rogue > 0 {
         // What the kernel granted the swarm: one line per member.
         let log = std::fs::read_to_string(dir.join("rogue.log")).unwrap_or_default();
@@ -953,8 +972,8 @@ impl ScenarioResult {
 pub fn results_table(results: &[ScenarioResult]) -> Table {
     let mut t = Table::new(
         "response time tf - t0 per package as the device sees it (us); misses = late (> 1405.9 us) + lost. \
-         Derived: ideal = 680.27 + tf - send of packet 15; t2-t1 = host side; send late = emulator pacing; \
-         harts = busy share and hypervisor steal per hart; spinner = CPU of the baseline's idle spinner",
+         Derived: ideal = 680.27 + tf - send of packet 15; t2-t1 = host side; send late = the pacing error (the cable's, or the emulator's own); \
+         harts = busy share and hypervisor steal per hart; spinner = CPU of the idle spinner on the synthesizer's hart (a spinning cell's, or the baseline's)",
         &[
             "scenario",
             "packages",
