@@ -1,5 +1,6 @@
 //! The C ABI. `include/tess_channel.h` is generated from this file by cbindgen (build.rs); a
-//! test fails when the committed header differs from the generated one.
+//! test fails when the committed header differs from the generated one. C programs link these
+//! functions from libtess, the one C library of tess (crates/tess-ffi, docs/c-library.md).
 //!
 //! Conventions: every function returns `TESS_CHANNEL_OK` (0) or a negative
 //! `TESS_CHANNEL_E*` code; `tess_channel_strerror` names it. Timeouts are in nanoseconds; where

@@ -10,28 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Builds `crates/tess-ffi/examples/c/ns_echo.c` against libtess (static, through `tess.pc`).
 fn build_c_client(dir: &Path) -> PathBuf {
-    let lib = common::tess_bin().with_file_name("libtess_ffi.a");
-    assert!(
-        lib.exists(),
-        "{} is missing: run `cargo build --workspace` before the tests",
-        lib.display()
-    );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tess-ffi/examples/c/ns_echo.c");
     let exe = dir.join("ns_echo");
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg("-I")
-        .arg(root.join("crates/tess-channel/include"))
-        .arg("-I")
-        .arg(root.join("crates/tess-ffi/include"))
-        .arg(root.join("crates/tess-ffi/examples/c/ns_echo.c"))
-        .arg(&lib)
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&exe)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed");
+    tess_testkit::c_lib::compile(&[&source], &exe, tess_testkit::c_lib::Link::Static);
     exe
 }
 

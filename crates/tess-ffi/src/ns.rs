@@ -1,8 +1,7 @@
-//! The C library of tess: one static or shared library (`libtess_ffi`) carrying the channel
-//! functions of `tess_channel.h` and the nameserver functions of `tess_ns.h` (this file).
+//! The nameserver, C ABI (`include/tess_ns.h`, generated from this file by cbindgen).
 //!
-//! The nameserver calls speak tessd's protocol (`tess_proto`) and then receive the channel end
-//! with `tess_channel_recv_open`, so a C program gets the same `tess_channel_t` as one that was
+//! The calls speak tessd's protocol (`tess_proto`) and then receive the channel end with
+//! `tess_channel_recv_open`, so a C program gets the same `tess_channel_t` as one that was
 //! handed a channel directly.
 
 use std::cell::RefCell;
@@ -13,8 +12,6 @@ use tess_channel::ffi::{tess_channel_recv_open, TessChannel};
 use tess_proto::frame;
 use tess_proto::ns::{Access, ChannelShape, Push};
 use tess_proto::{Body, ErrorKind, Request, Response, PROTOCOL_VERSION};
-
-pub use tess_channel::ffi;
 
 /// Success.
 pub const TESS_NS_OK: c_int = 0;

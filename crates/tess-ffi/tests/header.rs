@@ -1,16 +1,13 @@
-//! The committed header matches what cbindgen generates from the Rust source.
+//! The committed C header must be exactly what cbindgen generates from the Rust source.
+//!
+//! `TESS_FFI_BLESS=1 cargo test -p tess-ffi --test header` rewrites the committed copy.
 
 #[test]
-fn committed_header_is_current() {
-    let generated =
-        std::fs::read_to_string(concat!(env!("OUT_DIR"), "/tess_ns.h")).expect("build.rs wrote it");
-    let committed_path = concat!(env!("CARGO_MANIFEST_DIR"), "/include/tess_ns.h");
-    if std::env::var_os("TESS_FFI_BLESS").is_some() {
-        std::fs::write(committed_path, &generated).unwrap();
-    }
-    let committed = std::fs::read_to_string(committed_path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "include/tess_ns.h is stale: run TESS_FFI_BLESS=1 cargo test -p tess-ffi --test header"
+fn committed_header_matches_generated() {
+    tess_testkit::check_generated_header(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/include/tess_ns.h"),
+        include_str!(concat!(env!("OUT_DIR"), "/tess_ns.h")),
+        "TESS_FFI_BLESS",
+        "TESS_FFI_BLESS=1 cargo test -p tess-ffi --test header",
     );
 }

@@ -1,4 +1,5 @@
-//! The C ABI (`include/tess_heartbeat.h`, generated from this file by cbindgen).
+//! The C ABI (`include/tess_heartbeat.h`, generated from this file by cbindgen), linked from
+//! libtess, the one C library of tess (crates/tess-ffi, docs/c-library.md).
 //!
 //! A C program registers a heartbeat with a target in nanoseconds per unit of work and beats
 //! once per unit:

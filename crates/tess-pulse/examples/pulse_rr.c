@@ -14,6 +14,8 @@
  *  - the queue is a ring of context pointers guarded by a pulse_lock_t (push_lock/pop_lock);
  *  - adapt copies the handed-over contexts into the threads' own context slots (as the
  *    listing does into its array) and queues them.
+ *
+ * Build against libtess (docs/c-library.md): cc pulse_rr.c $(pkg-config --cflags --libs tess)
  */
 #include <stdint.h>
 #include <stdio.h>

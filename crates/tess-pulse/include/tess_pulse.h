@@ -9,8 +9,8 @@
  * a timer tick per hart that preempts the running thread, adaptation, and locks.
  * examples/pulse_rr.c is the paper's Listing 2 (global round robin).
  *
- * Link with libtess_pulse.a:
- *   cc -I crates/tess-pulse/include prog.c libtess_pulse.a -lpthread -ldl -lm
+ * Part of libtess, the C library of tess (docs/c-library.md). Compile and link with
+ *   cc prog.c $(pkg-config --cflags --libs tess)
  *
  * Functions that can fail return PULSE_OK (0) or a negative PULSE_E* code
  * (pulse_strerror() names it).

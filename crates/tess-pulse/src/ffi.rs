@@ -1,5 +1,6 @@
 //! The C ABI (`include/tess_pulse.h`, generated from this file by cbindgen): the paper's
-//! names (seed 004 section 4.2, Listing 2).
+//! names (seed 004 section 4.2, Listing 2). C programs link it from libtess, the one C library
+//! of tess (crates/tess-ffi, docs/c-library.md).
 //!
 //! A C scheduler fills a `pulse_sched_t` with its callbacks, registers it with
 //! `pulse_sched_reg`, creates its threads with `pulse_thread_alloc` + `pulse_ctx_make` and

@@ -50,7 +50,7 @@
 //! ```
 //!
 //! C programs use `include/tess_pulse.h` (the paper's names; `examples/pulse_rr.c` is
-//! Listing 2).
+//! Listing 2) and link libtess, the one C library of tess (docs/c-library.md).
 //!
 //! # Rules for code running in Pulse threads
 //!

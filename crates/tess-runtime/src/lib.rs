@@ -36,7 +36,8 @@
 //! # Ok::<(), tess_runtime::RuntimeError>(())
 //! ```
 //!
-//! A C program uses the same runtime through `include/tess_runtime.h` ([`ffi`]).
+//! A C program uses the same runtime through `include/tess_runtime.h` ([`ffi`]), linked from
+//! libtess, the one C library of tess (docs/c-library.md).
 //!
 //! # Differences from Pulse on Linux
 //!

@@ -3,10 +3,9 @@
 //! print both vhart ids, and survive `tess cell resize` from 2 harts to 1 and back, with `adapt`
 //! called for each resize.
 //!
-//! Needs `cargo build --workspace` first (for `tess` and `tessd`); `scripts/test` does that.
+//! Needs `cargo build --workspace` first (for `tess`, `tessd` and libtess, which the C example
+//! links); `scripts/test` does that.
 #![cfg(not(loom))]
-
-mod c_example;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -219,7 +218,9 @@ fn rust_gang_example_survives_resizes_in_a_cell() {
 #[ignore = "needs root: a private tessd on the real kernel"]
 fn c_gang_example_survives_resizes_in_a_cell() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = c_example::build_c_gang(dir.path());
+    let exe = dir.path().join("gang");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/gang.c");
+    tess_testkit::c_lib::compile(&[&source], &exe, tess_testkit::c_lib::Link::Static);
     let text = run_in_cell(&exe, &["6"]);
     assert_gang_output(&text);
 }

@@ -1,4 +1,5 @@
-//! Test support shared by every Rust test that needs a daemon or root.
+//! Test support shared by every Rust test that needs a daemon or root, or builds C programs
+//! against libtess ([`c_lib`]).
 //!
 //! One harness, the same rules as `scripts/with-tessd` (which the scripts, benches and the demo
 //! use):
@@ -23,6 +24,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use tess_cgroup::{cell_in_path, Version};
+
+pub mod c_lib;
 
 /// The cgroup hierarchy a tessd started here drives: v1 where it mounts both the cpuset and the
 /// cpu controllers (hybrid hosts), else v2 (the same rule as `tessd`'s automatic choice).

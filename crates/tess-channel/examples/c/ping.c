@@ -8,7 +8,7 @@
  * come back upper-cased ("PING N"). It also exercises the zero-copy calls (reserve/commit,
  * peek/release) and a batch send, then closes its end, which the peer sees as a hang-up.
  *
- * Build: cc -I crates/tess-channel/include ping.c libtess_channel.a -lpthread -ldl -lm
+ * Build against libtess (docs/c-library.md): cc ping.c $(pkg-config --cflags --libs tess)
  * Exit status 0 on success; otherwise a message on stderr says what went wrong.
  */
 #include <stdio.h>

@@ -5,8 +5,7 @@
  *                                 echo each message upper-cased until it hangs up
  *   ns_echo ping NAME COUNT       connect to NAME, send COUNT messages "ping N", expect "PING N"
  *
- * Build: cc -I crates/tess-channel/include -I crates/tess-ffi/include ns_echo.c libtess_ffi.a \
- *           -lpthread -ldl -lm
+ * Build against libtess (docs/c-library.md): cc ns_echo.c $(pkg-config --cflags --libs tess)
  * Exit status: 0 on success, 4 if the service refused us, 5 if no such service, 1 otherwise.
  */
 #include <stdio.h>

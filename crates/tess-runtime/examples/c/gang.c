@@ -9,7 +9,7 @@
  * and stops after SECONDS. With --standalone it runs 2 harts without tessd on a 10 ms / 2 ms
  * grid and resizes itself to 1 hart and back, the way tessd would.
  *
- * Build: cc -I crates/tess-runtime/include gang.c libtess_runtime.a -lpthread -ldl -lm
+ * Build against libtess (docs/c-library.md): cc gang.c $(pkg-config --cflags --libs tess)
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -26,6 +26,7 @@ struct program {
     uint64_t seconds;
     atomic_uint_fast64_t windows[MAX_HARTS]; /* per vhart, since it (re)started */
     atomic_uint adaptations;
+    unsigned resizes_asked; /* standalone: resizes requested so far (vhart 0 only) */
 };
 
 static void window_work(void *arg, const tess_rt_hart_t *hart) {
@@ -49,14 +50,18 @@ static void window_work(void *arg, const tess_rt_hart_t *hart) {
     int done = 1;
     if (tess_rt_is_standalone(hart)) {
         /* Resize ourselves as tessd would: to 1 hart after a third of the run, back to 2 after
-         * two thirds. Each step waits for the previous adaptation, and the run lasts until both
-         * happened (at most a minute more), so a loaded machine slows the script down instead
-         * of skipping a step. */
+         * two thirds. Each step is asked for once, after the previous adaptation completed (a
+         * second request made while the first is in progress would be an adaptation of its
+         * own), and the run lasts until both happened (at most a minute more), so a loaded
+         * machine slows the script down instead of skipping a step. */
         uint64_t adapted = tess_rt_adaptations(hart);
-        if (elapsed > total / 3 && adapted == 0 && tess_rt_hart_count(hart) > 1)
+        if (elapsed > total / 3 && p->resizes_asked == 0) {
             tess_rt_resize(hart, 1);
-        else if (elapsed > 2 * total / 3 && adapted == 1 && tess_rt_hart_count(hart) == 1)
+            p->resizes_asked = 1;
+        } else if (elapsed > 2 * total / 3 && p->resizes_asked == 1 && adapted == 1) {
             tess_rt_resize(hart, 2);
+            p->resizes_asked = 2;
+        }
         done = adapted >= 2 || elapsed > total + 60000000000ull;
     }
     if (elapsed > total && done) tess_rt_stop(hart);
