@@ -1,14 +1,42 @@
 //! PACORA, Performance-Aware Convex Optimization for Resource Allocation (seed 004 section
 //! 5.3): response-time models fitted from heartbeats ([`model`], [`nnls`]) and the allocation
-//! that minimises the total penalty under each resource's capacity, solved exactly as a
-//! second-order-cone program by Clarabel ([`socp`]).
+//! that minimises the total penalty under each resource's capacity, solved exactly by a
+//! primal-dual interior-point method written for the problem's block structure
+//! ([`interior_point`]), and as a second-order-cone program by Clarabel ([`socp`]), the
+//! reference it is checked against.
 
+pub mod interior_point;
 pub mod model;
 pub mod nnls;
 pub mod socp;
 
 pub use model::{CellDemand, Problem, ResponseModel, Sample};
-pub use socp::{Solution, SolveError};
+
+/// An allocation and the total penalty it incurs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Solution {
+    /// `alloc[p][r]`: resource `r` given to cell `p`.
+    pub alloc: Vec<Vec<f64>>,
+    /// Total penalty (evaluated on `alloc`, not the solver's own objective).
+    pub penalty: f64,
+    /// The solver's own certificate of how far from the optimum `penalty` can be, relative:
+    /// Clarabel's relative primal-dual gap, or the interior point's certified gap (relative to
+    /// `max(1, penalty)`; see [`interior_point`]).
+    pub duality_gap: f64,
+    /// Interior-point iterations taken.
+    pub iterations: u32,
+}
+
+/// Why a solve failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SolveError {
+    /// The problem's numbers are invalid.
+    #[error("invalid problem: {0}")]
+    Invalid(String),
+    /// The solver did not reach a solution.
+    #[error("the solver stopped without a solution: {0}")]
+    NotSolved(String),
+}
 
 /// A reproducible test problem: `cells` cells over three resources (harts, CPU bandwidth
 /// share, network Mbit/s), varied weights and deadlines, capacities that make the penalties

@@ -18,35 +18,11 @@
 //! Clarabel's form is `A x + s = b, s in K`, so each row below is written as `s = b - A x`.
 
 use super::model::{pairs, Problem};
+use super::{Solution, SolveError};
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
     DefaultSettingsBuilder, DefaultSolver, IPSolver, SolverStatus, SupportedConeT,
 };
-
-/// An allocation and the total penalty it incurs.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Solution {
-    /// `alloc[p][r]`: resource `r` given to cell `p`.
-    pub alloc: Vec<Vec<f64>>,
-    /// Total penalty (evaluated on `alloc`, not the solver's own objective).
-    pub penalty: f64,
-    /// The solver's relative primal-dual gap at the end: a certificate of how far from the
-    /// optimum `penalty` can be.
-    pub duality_gap: f64,
-    /// Interior-point iterations taken.
-    pub iterations: u32,
-}
-
-/// Why a solve failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SolveError {
-    /// The problem's numbers are invalid.
-    #[error("invalid problem: {0}")]
-    Invalid(String),
-    /// The solver did not reach a solution.
-    #[error("the solver stopped without a solution: {0}")]
-    NotSolved(String),
-}
 
 struct Builder {
     rows: usize,
@@ -109,7 +85,9 @@ pub fn solve(problem: &Problem) -> Result<Solution, SolveError> {
         b.row(&[(pi_var(p), -1.0)], 0.0); // s = pi >= 0
         let mut terms = vec![(pi_var(p), -1.0)];
         for ((i, j), &w) in pairs(n).zip(&cell.model.w) {
-            if w <= 0.0 {
+            // A term that costs nothing (zero weight or zero slope) is left out: its cone would
+            // only keep the allocation positive, an infimum the solver cannot attain.
+            if w <= 0.0 || cell.slope <= 0.0 {
                 continue;
             }
             let u = next;
