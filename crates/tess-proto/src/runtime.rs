@@ -1,8 +1,10 @@
-//! The control protocol between tessd and a cell's runtime (`tess-runtime`).
+//! The control protocol between tessd and a cell's runtime (`tess-runtime`, Pulse).
 //!
 //! A runtime asks tessd for its cell's control channel ([`crate::Request::RuntimeAttach`]) and
 //! receives one end of a `tess-channel`. Messages are small JSON records, one per channel
-//! message. tessd sends [`Control`]; the runtime answers with [`Report`].
+//! message. tessd sends [`Control`]; the runtime answers with [`Report`]. The runtime's side
+//! (attaching, polling, acknowledging, waiting to be placed) is [`link`], shared by every
+//! runtime.
 //!
 //! Adaptation (seed 004 section 4.4, adapted to Linux): when `tess cell resize` changes how many
 //! harts a cell has,
@@ -18,6 +20,13 @@
 //!
 //! Threads never pin themselves: a `SCHED_DEADLINE` thread may not change its own affinity.
 //! tessd places one thread per hart; a thread learns its hart with `sched_getcpu`.
+
+pub mod link;
+
+pub use link::{
+    attach, current_cell, is_placed, join_cell, wait_gone, wait_placed, AttachError,
+    ControlChannel, PLACEMENT_TIMEOUT,
+};
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

@@ -37,6 +37,10 @@
 // An adaptation is already in progress.
 #define PULSE_EBUSY -4
 
+// In a cell: tessd could not be reached or refused to attach Pulse to the cell (the process
+// must run in it: `tess run --cell NAME`).
+#define PULSE_ECELL -5
+
 // A user-level thread. Opaque.
 typedef struct pulse_thread_t pulse_thread_t;
 
@@ -86,8 +90,24 @@ int pulse_sched_reg(const pulse_sched_t *sched);
 
 // Starts `harts` harts with a tick every `tick_ns` nanoseconds (0: no ticks, a cooperative
 // cell) and runs the registered scheduler until every thread made with `pulse_ctx_make` has
-// finished. Returns PULSE_OK, PULSE_EINVAL (nothing registered, bad sizes) or PULSE_ESYS.
+// finished. In a tess cell (the process runs in one) Pulse follows the cell instead: one hart
+// per hart of the cell (`harts` is ignored), `adapt` on every `tess cell resize`, and the run
+// also ends when the cell is deleted. Returns PULSE_OK, PULSE_EINVAL (nothing registered, bad
+// sizes), PULSE_ECELL (in a cell, tessd unreachable or refusing) or PULSE_ESYS.
 int pulse_run(size_t harts, uint64_t tick_ns);
+
+// Like `pulse_run`, in the tess cell `cell` (NULL: the cell the process runs in): as many
+// harts as the cell has, following its resizes. The process must run in the cell. Returns
+// PULSE_OK, PULSE_EINVAL (nothing registered, not in a cell and `cell` NULL), PULSE_ECELL
+// (tessd unreachable or refusing) or PULSE_ESYS.
+//
+// # Safety
+// `cell` is NULL or a NUL-terminated string.
+int pulse_run_cell(const char *cell, uint64_t tick_ns);
+
+// The name of the tess cell the running Pulse follows, or NULL (standalone, or outside
+// Pulse). Valid until `pulse_run` returns.
+const char *pulse_cell(void);
 
 // Allocates a thread with a stack of `stack_size` bytes (0: 256 KiB; at least 16 KiB), from
 // the stack pool when one is free (no system call). NULL if no memory.

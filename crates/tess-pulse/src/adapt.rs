@@ -2,11 +2,12 @@
 //!
 //! # Protocol
 //!
-//! 1. [`begin`] (tessd's resize, through the runtime's `adapt` event, or
-//!    [`crate::PulseHandle::resize`]) marks an adaptation in progress (a second one meanwhile
-//!    is refused with `AdaptInProgress`, never queued or hung), bumps the epoch and kicks every
-//!    hart with an immediate tick (`tgkill`), so a hart running a thread enters its scheduler
-//!    context now instead of at its next tick.
+//! 1. [`begin`] (in a cell: a hart that read tessd's `Adapt` at a checkpoint, `cell.rs`;
+//!    standalone: [`crate::PulseHandle::resize`]) marks an adaptation in progress (a second
+//!    `resize` meanwhile is refused with `AdaptInProgress`, never queued or hung; a second
+//!    `Adapt` waits in the channel), bumps the epoch and kicks every hart with an immediate
+//!    tick (`tgkill`), so a hart running a thread enters its scheduler context now instead of
+//!    at its next tick.
 //! 2. Each old hart reaches a *checkpoint* in its scheduler context: at the kicked tick (it
 //!    hands over the preempted thread instead of calling `tick`), at a yield (the yielded
 //!    thread), when a scheduler callback restores a thread (that thread), or when it is idle
@@ -17,6 +18,8 @@
 //! 3. vhart 0 waits until all old harts arrived, starts the kernel threads of new harts (they
 //!    wait), calls `adapt(old_n, new_n, ctx[])` once with the threads that were running, then
 //!    ends the adaptation. Retired harts (vhart >= new_n) exit; the rest resume with `enter`.
+//!    In a cell vhart 0 then waits until the retired harts' kernel threads are gone and
+//!    acknowledges tessd's `Adapt` before the adaptation counts as over (`cell.rs`).
 //!
 //! vhart ids stay stable because a hart's id is fixed for its kernel thread's life and
 //! shrinking retires the highest ids.
@@ -26,7 +29,7 @@ use crate::hart::HartState;
 use crate::runtime::{PulseError, Shared, MAX_HARTS};
 use crate::thread::{PulseCtx, PulseThread};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// The adaptation in progress, if any.
 #[derive(Debug)]
@@ -67,9 +70,9 @@ impl AdaptState {
 
     /// Waits until adaptation `epoch` (if any) has finished, or `give_up()` says the run is
     /// over (every thread finished: vhart 0 may have exited without completing it).
-    pub(crate) fn wait_done(&self, epoch: u64, give_up: impl Fn() -> bool) {
+    pub(crate) fn wait_done(&self, epoch: u64, give_up: impl Fn() -> bool, mut pause: Pause) {
         while self.done_epoch.load(Ordering::Acquire) < epoch && !give_up() {
-            std::thread::yield_now();
+            pause.pause();
         }
     }
 
@@ -81,8 +84,40 @@ impl AdaptState {
     }
 }
 
+/// How a hart waits in the adaptation's loops. Standalone it yields the CPU
+/// (`sched_yield`): harts may share a CPU, and the hart waited for may need it. In a reserved
+/// cell every hart is a `SCHED_DEADLINE` thread on a CPU of its own, and a deadline thread that
+/// yields gives up the rest of its budget until its next period: a shrink of a cell with a
+/// 1 ms period then took 1-6 ms, one period per wait. There it spins, and yields only after
+/// [`PAUSE_SPIN_NS`] (a hart tessd has not placed yet shares a CPU with the hart that started
+/// it).
+#[derive(Debug)]
+pub(crate) struct Pause {
+    spin_until_ns: u64,
+}
+
+/// How long a hart of a reserved cell spins in an adaptation's wait before it yields.
+const PAUSE_SPIN_NS: u64 = 1_000_000;
+
+impl Pause {
+    pub(crate) fn new(shared: &Shared) -> Pause {
+        let spins = shared.cell.as_ref().is_some_and(|c| c.reserved());
+        Pause {
+            spin_until_ns: if spins { now_ns() + PAUSE_SPIN_NS } else { 0 },
+        }
+    }
+
+    fn pause(&mut self) {
+        if self.spin_until_ns != 0 && now_ns() < self.spin_until_ns {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// Starts an adaptation to `new_n` harts (module docs, step 1).
-pub(crate) fn begin(shared: &Arc<Shared>, new_n: usize) -> Result<(), PulseError> {
+pub(crate) fn begin(shared: &Shared, new_n: usize) -> Result<(), PulseError> {
     if new_n == 0 || new_n > MAX_HARTS {
         return Err(PulseError::Config(format!(
             "a cell needs 1..={MAX_HARTS} harts, not {new_n}"
@@ -131,7 +166,7 @@ impl Shared {
             if !running.is_null() {
                 self.make_runnable(running);
             }
-            a.wait_done(epoch, || self.finished());
+            a.wait_done(epoch, || self.finished(), Pause::new(self));
             return;
         }
         let old_n = a.old_n.load(Ordering::Acquire);
@@ -139,7 +174,7 @@ impl Shared {
         a.running[h.vhart].store(running, Ordering::Release);
         a.arrived.fetch_add(1, Ordering::AcqRel);
         if h.vhart != 0 {
-            a.wait_done(epoch, || self.finished());
+            a.wait_done(epoch, || self.finished(), Pause::new(self));
             if self.finished() {
                 h.exit_to_base();
             }
@@ -148,6 +183,7 @@ impl Shared {
             }
             return;
         }
+        let mut pause = Pause::new(self);
         while a.arrived.load(Ordering::Acquire) < old_n {
             if self.finished() {
                 // The last thread ended meanwhile: harts exit instead of arriving.
@@ -155,7 +191,7 @@ impl Shared {
                 a.in_progress.store(false, Ordering::Release);
                 h.exit_to_base();
             }
-            std::thread::yield_now();
+            pause.pause();
         }
         let mut spawn_err = None;
         for v in old_n..new_n {
@@ -182,6 +218,19 @@ impl Shared {
                 PulseCtx { sp, thread: t }
             })
             .collect();
+        // In a cell, the harts that retire (they wait for done_epoch, so their ids are still
+        // registered): vhart 0 waits for them to be gone before acknowledging.
+        let retired: Vec<(usize, i32)> = match self.cell {
+            Some(_) => (effective_new..old_n)
+                .map(|v| {
+                    let r = self.harts[v].load(Ordering::Acquire);
+                    // SAFETY: a registered HartState is live for the runtime's life.
+                    let tid = unsafe { r.as_ref() }.map_or(0, |r| r.tid.load(Ordering::Acquire));
+                    (v, tid)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         self.set_harts(effective_new);
         self.callbacks.adapt(h, old_n, effective_new, ctx);
         let took = now_ns().saturating_sub(a.started_ns.load(Ordering::Relaxed));
@@ -190,6 +239,9 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .push(took);
         a.done_epoch.store(epoch, Ordering::Release);
+        if let Some(cell) = &self.cell {
+            cell.complete(self, &retired, effective_new);
+        }
         a.in_progress.store(false, Ordering::Release);
         self.ring();
     }

@@ -9,12 +9,16 @@
 //! | `thread_create_ns` | `pulse_thread_alloc` + `pulse_ctx_make` from a warm stack pool | `pthread_create_ns`: `std::thread::spawn` + `join` |
 //! | `adapt_ms`, `adapt_max_ms` | `PulseHandle::resize` to the scheduler's `adapt` returning, 2 -> 1 -> 2 harts repeatedly | |
 //!
+//! The same adaptation driven by tessd (`adapt_tessd_ms`, `adapt_tessd_max_ms`: a Pulse
+//! program in a 2-hart cell, `tess cell resize` to `adapt` returning) needs a running tessd and
+//! is measured by the command (`crates/tess-cli/src/bench/pulse.rs`), not here.
+//!
 //! The paper's Table 3 splits a tick into a 1st level (kernel, 1,452 ns) and a 2nd level
 //! (user, 1,598 ns), 3,050 ns in total on a 3.3 GHz i5. Here the kernel part is delivery plus
 //! `rt_sigreturn`.
 
 use crate::clock::now_ns;
-use crate::{Config, Grr, Pulse};
+use crate::{CellMode, Config, Grr, Pulse};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,8 +63,10 @@ fn default_cpu() -> usize {
         .unwrap_or(0)
 }
 
+/// Standalone even when the bench itself runs in a cell: these figures are Pulse's own.
 fn one_hart(cpu: usize, tick: Option<Duration>) -> Config {
     Config {
+        cell: CellMode::Standalone,
         harts: 1,
         cpus: vec![cpu],
         tick,
@@ -302,6 +308,7 @@ fn pthread_create(n: usize) -> Vec<f64> {
 fn adapt_latency(cycles: usize) -> Result<Vec<u64>, BoxError> {
     let mut p = Pulse::new(
         Config {
+            cell: CellMode::Standalone,
             harts: 2,
             ..Config::default()
         },

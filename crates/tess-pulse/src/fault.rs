@@ -41,10 +41,13 @@ impl std::fmt::Write for Msg {
     }
 }
 
-/// The calling kernel thread's alternate signal stack; removed on drop.
+/// The calling kernel thread's alternate signal stack; on drop the one it replaced (Rust's
+/// own guard-page stack, or none) is put back, so a thread that served as a hart (in a cell,
+/// the thread that called `Pulse::run`) keeps its stack-overflow report afterwards.
 #[derive(Debug)]
 pub(crate) struct AltStack {
     stack: crate::stack::Stack,
+    previous: libc::stack_t,
 }
 
 impl AltStack {
@@ -56,23 +59,33 @@ impl AltStack {
             ss_flags: 0,
             ss_size: stack.usable(),
         };
-        // SAFETY: ss describes memory we own for as long as the AltStack lives.
-        if unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) } != 0 {
+        // SAFETY: a zeroed stack_t is valid; sigaltstack fills it.
+        let mut previous: libc::stack_t = unsafe { std::mem::zeroed() };
+        // SAFETY: ss describes memory we own for as long as the AltStack lives; previous is a
+        // valid out-buffer.
+        if unsafe { libc::sigaltstack(&ss, &mut previous) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(AltStack { stack })
+        Ok(AltStack { stack, previous })
     }
 }
 
 impl Drop for AltStack {
     fn drop(&mut self) {
-        let ss = libc::stack_t {
-            ss_sp: std::ptr::null_mut(),
-            ss_flags: libc::SS_DISABLE,
-            ss_size: 0,
-        };
-        // SAFETY: disabling this thread's alternate stack before its memory is unmapped.
-        unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) };
+        let mut restore = self.previous;
+        if restore.ss_flags & libc::SS_DISABLE != 0 || restore.ss_sp.is_null() {
+            restore = libc::stack_t {
+                ss_sp: std::ptr::null_mut(),
+                ss_flags: libc::SS_DISABLE,
+                ss_size: 0,
+            };
+        } else {
+            // SS_ONSTACK is reported, never set.
+            restore.ss_flags = 0;
+        }
+        // SAFETY: replacing this thread's alternate stack (ours) by the one it had before,
+        // which its owner keeps mapped for the thread's life, before our memory is unmapped.
+        unsafe { libc::sigaltstack(&restore, std::ptr::null_mut()) };
         let _ = &self.stack;
     }
 }

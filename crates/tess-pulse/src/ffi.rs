@@ -9,9 +9,15 @@
 //! by `pulse_ctx_restore_enable_ticks(ctx)` (does not return) or by returning (the hart waits
 //! briefly and calls `enter` again). `pulse_sched_ctx_done()` is the paper's "give control to
 //! Pulse" for a scheduler that loops while it has nothing to run.
+//!
+//! In a tess cell (`tess run --cell NAME -- ./prog`) `pulse_run` follows the cell: it attaches
+//! to tessd, runs one hart per hart of the cell whatever `harts` says, and calls `adapt` when
+//! `tess cell resize` changes the cell (`cell.rs`); `pulse_run_cell` names the cell, and
+//! `pulse_cell` says which cell a run follows.
 
+use crate::cell::CellMode;
 use crate::hart::{self, HartState};
-use crate::runtime::{Config, Pulse};
+use crate::runtime::{Config, Pulse, PulseError};
 use crate::sched::{Callbacks, PulseSchedC};
 use crate::thread::{Entry, PulseCtx, PulseThread};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -29,6 +35,9 @@ pub const PULSE_ENOMEM: c_int = -2;
 pub const PULSE_ESYS: c_int = -3;
 /// An adaptation is already in progress.
 pub const PULSE_EBUSY: c_int = -4;
+/// In a cell: tessd could not be reached or refused to attach Pulse to the cell (the process
+/// must run in it: `tess run --cell NAME`).
+pub const PULSE_ECELL: c_int = -5;
 
 /// A user-level thread. Opaque.
 #[derive(Debug)]
@@ -104,13 +113,48 @@ pub unsafe extern "C" fn pulse_sched_reg(sched: *const PulseSchedT) -> c_int {
 
 /// Starts `harts` harts with a tick every `tick_ns` nanoseconds (0: no ticks, a cooperative
 /// cell) and runs the registered scheduler until every thread made with `pulse_ctx_make` has
-/// finished. Returns PULSE_OK, PULSE_EINVAL (nothing registered, bad sizes) or PULSE_ESYS.
+/// finished. In a tess cell (the process runs in one) Pulse follows the cell instead: one hart
+/// per hart of the cell (`harts` is ignored), `adapt` on every `tess cell resize`, and the run
+/// also ends when the cell is deleted. Returns PULSE_OK, PULSE_EINVAL (nothing registered, bad
+/// sizes), PULSE_ECELL (in a cell, tessd unreachable or refusing) or PULSE_ESYS.
 #[no_mangle]
 pub extern "C" fn pulse_run(harts: usize, tick_ns: u64) -> c_int {
+    run_c(CellMode::Auto, harts, tick_ns)
+}
+
+/// Like `pulse_run`, in the tess cell `cell` (NULL: the cell the process runs in): as many
+/// harts as the cell has, following its resizes. The process must run in the cell. Returns
+/// PULSE_OK, PULSE_EINVAL (nothing registered, not in a cell and `cell` NULL), PULSE_ECELL
+/// (tessd unreachable or refusing) or PULSE_ESYS.
+///
+/// # Safety
+/// `cell` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pulse_run_cell(cell: *const c_char, tick_ns: u64) -> c_int {
+    let name = if cell.is_null() {
+        match tess_proto::runtime::current_cell() {
+            Some(n) => n,
+            None => {
+                eprintln!("tess-pulse: this process is not in a cell: start it with `tess run --cell NAME`");
+                return PULSE_EINVAL;
+            }
+        }
+    } else {
+        // SAFETY: a NUL-terminated string (caller's contract).
+        match unsafe { CStr::from_ptr(cell) }.to_str() {
+            Ok(n) => n.to_string(),
+            Err(_) => return PULSE_EINVAL,
+        }
+    };
+    run_c(CellMode::Named(name), 1, tick_ns)
+}
+
+fn run_c(cell: CellMode, harts: usize, tick_ns: u64) -> c_int {
     let Some(s) = *REGISTERED.lock().unwrap_or_else(|p| p.into_inner()) else {
         return PULSE_EINVAL;
     };
     let config = Config {
+        cell,
         harts,
         tick: (tick_ns > 0).then(|| Duration::from_nanos(tick_ns)),
         ..Config::default()
@@ -119,7 +163,10 @@ pub extern "C" fn pulse_run(harts: usize, tick_ns: u64) -> c_int {
         Ok(p) => p,
         Err(e) => {
             eprintln!("tess-pulse: {e}");
-            return PULSE_EINVAL;
+            return match e {
+                PulseError::Attach(_) | PulseError::NoHarts { .. } => PULSE_ECELL,
+                _ => PULSE_EINVAL,
+            };
         }
     };
     for _ in 0..PENDING_THREADS.swap(0, Ordering::AcqRel) {
@@ -132,6 +179,15 @@ pub extern "C" fn pulse_run(harts: usize, tick_ns: u64) -> c_int {
             PULSE_ESYS
         }
     }
+}
+
+/// The name of the tess cell the running Pulse follows, or NULL (standalone, or outside
+/// Pulse). Valid until `pulse_run` returns.
+#[no_mangle]
+pub extern "C" fn pulse_cell() -> *const c_char {
+    hart::current()
+        .and_then(|h: &HartState| h.shared().cell.as_ref())
+        .map_or(std::ptr::null(), |c| c.c_name().as_ptr())
 }
 
 /// Allocates a thread with a stack of `stack_size` bytes (0: 256 KiB; at least 16 KiB), from
@@ -328,6 +384,7 @@ pub extern "C" fn pulse_strerror(code: c_int) -> *const c_char {
         PULSE_ENOMEM => c"out of memory",
         PULSE_ESYS => c"system error setting up a hart",
         PULSE_EBUSY => c"an adaptation is in progress",
+        PULSE_ECELL => c"tessd could not be reached or refused to attach Pulse to the cell",
         _ => c"unknown error",
     };
     s.as_ptr()

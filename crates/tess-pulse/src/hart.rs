@@ -78,6 +78,8 @@ pub(crate) struct HartState {
     pub(crate) samples: Box<[[AtomicU64; 3]]>,
     pub(crate) sample_count: AtomicU64,
     pub(crate) adapt_epoch_seen: AtomicU64,
+    /// `stats.fired` when this hart last polled its cell's control channel (`cell.rs`).
+    pub(crate) polled_at_tick: AtomicU64,
 }
 
 /// Tick counters of one hart.
@@ -105,6 +107,9 @@ impl std::fmt::Debug for HartState {
             .finish_non_exhaustive()
     }
 }
+
+/// [`HartState::cpu`] of a hart that is not pinned (in a cell, where tessd places harts).
+pub(crate) const UNPINNED: usize = usize::MAX;
 
 /// Scheduler stacks are small and fixed: callbacks should not recurse deeply.
 const SCHED_STACK: usize = 256 * 1024;
@@ -146,6 +151,7 @@ impl HartState {
             samples,
             sample_count: AtomicU64::new(0),
             adapt_epoch_seen: AtomicU64::new(0),
+            polled_at_tick: AtomicU64::new(0),
         }))
     }
 
@@ -343,6 +349,19 @@ unsafe extern "C" fn sched_main(hart: usize, _: usize) -> ! {
     let reason = h.reason();
     let cur = h.current.load(Ordering::Relaxed);
     h.current.store(std::ptr::null_mut(), Ordering::Relaxed);
+    if let Some(cell) = &shared.cell {
+        if shared.abandoned() {
+            h.exit_to_base();
+        }
+        // A checkpoint: the first scheduler entry after the hart's timer fired (the tick
+        // itself, or the yield a tick that came with ticks off turned into); without ticks,
+        // every entry (cell.rs rate-limits).
+        let fired = h.stats.fired.load(Ordering::Relaxed);
+        if fired != h.polled_at_tick.load(Ordering::Relaxed) || h.period_ns == 0 {
+            h.polled_at_tick.store(fired, Ordering::Relaxed);
+            cell.poll(shared);
+        }
+    }
     if shared.has_sleepers() {
         shared.release_sleepers(Some(h));
     }
@@ -385,6 +404,9 @@ pub(crate) fn sched_ctx_done(h: &HartState) {
     h.sched_since_tick.store(0, Ordering::Relaxed);
     if shared.finished() {
         h.exit_to_base();
+    }
+    if let Some(cell) = &shared.cell {
+        cell.poll(shared);
     }
     if shared.adapt.in_progress() {
         shared.adapt_checkpoint(h, std::ptr::null_mut());

@@ -9,8 +9,13 @@ use std::time::Duration;
 
 /// Waits until `fd` is ready for `events` (`libc::POLLIN`, `POLLOUT`, ...) or `timeout`
 /// passes; returns the ready events (0 on timeout).
+///
+/// A check interrupted by a signal (`EINTR`) counts as not ready: Pulse's tick is a signal,
+/// and `poll` is never restarted after one, whatever `SA_RESTART` says (signal(7)), so a
+/// check that lands on a tick must simply be repeated.
 pub fn wait_fd(fd: i32, events: i16, timeout: Option<Duration>) -> std::io::Result<i16> {
     let mut ready = 0;
+    let mut error = None;
     let ok = wait_until(timeout, || {
         let mut p = libc::pollfd {
             fd,
@@ -20,14 +25,19 @@ pub fn wait_fd(fd: i32, events: i16, timeout: Option<Duration>) -> std::io::Resu
         // SAFETY: p is a valid pollfd; a zero timeout never blocks.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
         if r < 0 {
-            ready = -1;
+            // Read errno now: the sleep between checks makes system calls of its own.
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return false;
+            }
+            error = Some(e);
             return true;
         }
         ready = p.revents;
         r > 0
     });
-    if ready == -1 {
-        return Err(std::io::Error::last_os_error());
+    if let Some(e) = error {
+        return Err(e);
     }
     Ok(if ok { ready } else { 0 })
 }

@@ -9,8 +9,9 @@
 //!
 //! # Glossary
 //!
-//! - **hart**: one kernel thread pinned to one CPU of the cell ([`hart`](crate::vhart_id)).
-//!   Its **vhart id** `0..n` never changes for its life (section 4.4).
+//! - **hart**: one kernel thread on one CPU of the cell ([`hart`](crate::vhart_id)): pinned
+//!   by Pulse standalone, placed by tessd in a cell. Its **vhart id** `0..n` never changes for
+//!   its life (section 4.4).
 //! - **thread**: a user-level thread ([`Thread`], C `pulse_thread_t`): a stack with a guard
 //!   page and a saved context ([`PulseCtx`], C `pulse_ctx_t`).
 //! - **scheduler context**: where callbacks run; a fresh activation on the hart's scheduler
@@ -28,6 +29,7 @@
 //! | preemption | `tick`, `arch` | POSIX timer per hart, RT signal, `ucontext` redirect, `xsave` |
 //! | scheduler callbacks | `sched`, `hart` | a scheduler stack per hart |
 //! | adaptation | `adapt` | `tgkill` kicks, new kernel threads, retired ones exit |
+//! | following the cell | `cell` | tessd's control channel (`tess_proto::runtime`) polled at checkpoints |
 //! | locks, sleep | `lock`, `runtime` | parking in user space, futex doorbell for idle harts |
 //! | overflow, hangs | `fault` | `sigaltstack` + SIGSEGV handler, a watchdog in the tick |
 //! | schedulers | `grr`, `edf` | — |
@@ -52,6 +54,14 @@
 //! C programs use `include/tess_pulse.h` (the paper's names; `examples/pulse_rr.c` is
 //! Listing 2) and link libtess, the one C library of tess (docs/c-library.md).
 //!
+//! # In a cell
+//!
+//! Started in a tess cell (`tess run --cell NAME`), the same program follows the cell
+//! ([`Config::cell`], [`CellMode`]): Pulse attaches to tessd, runs one hart per hart of the
+//! cell (the calling thread is vhart 0), calls `adapt` when `tess cell resize` changes the cell,
+//! and `run` returns when the cell is deleted. `src/bin/pulse-cell.rs` is such a program; the
+//! protocol is in `cell.rs`.
+//!
 //! # Rules for code running in Pulse threads
 //!
 //! - Thread-local storage belongs to the *hart*, not to the Pulse thread: a thread may resume on
@@ -70,6 +80,7 @@ mod adapt;
 mod arch;
 #[cfg(feature = "bench")]
 pub mod bench;
+mod cell;
 pub mod clock;
 pub mod edf;
 mod fault;
@@ -85,6 +96,7 @@ mod thread;
 mod thread_api;
 mod tick;
 
+pub use cell::CellMode;
 pub use edf::Edf;
 pub use grr::Grr;
 pub use hart::{vhart_id, yield_now};

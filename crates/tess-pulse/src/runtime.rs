@@ -1,7 +1,9 @@
-//! Starting Pulse: one pinned kernel thread per hart, the shared state, the sleep list,
-//! adaptation, and the [`Pulse`] handle applications hold.
+//! Starting Pulse: one pinned kernel thread per hart (in a cell: one per hart of the cell,
+//! placed as `cell.rs` says), the shared state, the sleep list, adaptation, and the [`Pulse`]
+//! handle applications hold.
 
 use crate::adapt::AdaptState;
+use crate::cell::{CellLink, CellMode};
 use crate::clock::{self, now_ns};
 use crate::hart::{self, HartState};
 use crate::lock::SpinLock;
@@ -44,15 +46,34 @@ pub enum PulseError {
         /// Harts after it.
         new: usize,
     },
+    /// [`PulseHandle::resize`] in a cell, whose size is tessd's to change.
+    #[error("Pulse follows cell '{cell}': resize the cell (`tess cell resize {cell} --harts N`), not Pulse")]
+    InCell {
+        /// The cell.
+        cell: String,
+    },
+    /// tessd refused or could not be reached (in a cell).
+    #[error("{0} (outside a cell, or to ignore it, run standalone: Config::cell = CellMode::Standalone)")]
+    Attach(#[from] tess_proto::runtime::AttachError),
+    /// tessd says the cell has no harts.
+    #[error("cell '{cell}' has no harts")]
+    NoHarts {
+        /// The cell.
+        cell: String,
+    },
 }
 
 /// Pulse's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Harts to start with.
+    /// Which cell to follow (default [`CellMode::Auto`]: the one the process runs in, if any).
+    /// In a cell Pulse runs as many harts as the cell has and follows its resizes; `harts` and
+    /// `cpus` then do not apply (module `cell`).
+    pub cell: CellMode,
+    /// Harts to start with (standalone; in a cell, the cell's count instead).
     pub harts: usize,
     /// The CPUs harts are pinned to, by vhart (vhart `i` on `cpus[i % len]`); empty: the CPUs
-    /// the process may run on, in order.
+    /// the process may run on, in order. Standalone only: in a cell, tessd places the harts.
     pub cpus: Vec<usize>,
     /// Tick period (default 1 ms); `None` disables ticks (a cooperative cell).
     pub tick: Option<Duration>,
@@ -65,6 +86,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
+            cell: CellMode::Auto,
             harts: 1,
             cpus: Vec::new(),
             tick: Some(Duration::from_millis(1)),
@@ -86,7 +108,8 @@ pub(crate) struct Shared {
     // Boxed: harts hold raw pointers to their HartState, which must not move when the Vec grows.
     #[allow(clippy::vec_box)]
     all_harts: Mutex<Vec<Box<HartState>>>,
-    threads: Mutex<Vec<std::thread::JoinHandle<Result<(), PulseError>>>>,
+    /// Kernel threads of the harts, by vhart.
+    threads: Mutex<Vec<(usize, HartThread)>>,
     doorbell: AtomicU32,
     idle_harts: AtomicUsize,
     sleepers: SpinLock<SleepList>,
@@ -94,8 +117,14 @@ pub(crate) struct Shared {
     sleeping: AtomicUsize,
     pub(crate) adapt: AdaptState,
     pub(crate) watchdog_ns: u64,
+    /// The cell Pulse follows, if any (`cell.rs`).
+    pub(crate) cell: Option<CellLink>,
+    /// tessd shut the cell down: harts leave at their next scheduler entry.
+    abandon: AtomicBool,
     me: std::sync::Weak<Shared>,
 }
+
+type HartThread = std::thread::JoinHandle<Result<(), PulseError>>;
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -127,6 +156,42 @@ impl Shared {
 
     pub(crate) fn finished(&self) -> bool {
         self.stop.load(Ordering::Acquire) || self.live.load(Ordering::Acquire) == 0
+    }
+
+    /// tessd deleted the cell (or closed the channel): every hart leaves at its next scheduler
+    /// entry, abandoning the thread it ran; [`Pulse::run`] returns.
+    pub(crate) fn shut_down(&self) {
+        self.abandon.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        for v in 0..MAX_HARTS {
+            let h = self.harts[v].load(Ordering::Acquire);
+            if !h.is_null() {
+                // SAFETY: a registered HartState is live for the runtime's life.
+                tick::kick(unsafe { &*h });
+            }
+        }
+        self.ring();
+    }
+
+    /// Whether the harts are to leave now ([`Shared::shut_down`]).
+    pub(crate) fn abandoned(&self) -> bool {
+        self.abandon.load(Ordering::Acquire)
+    }
+
+    /// Joins the kernel threads of `vharts` (retired harts, which have left or are leaving).
+    pub(crate) fn join_harts(&self, vharts: impl Iterator<Item = usize>) {
+        let vharts: Vec<usize> = vharts.collect();
+        let gone: Vec<HartThread> = {
+            let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+            let (gone, keep) = threads.drain(..).partition(|(v, _)| vharts.contains(v));
+            *threads = keep;
+            gone.into_iter().map(|(_, h)| h).collect()
+        };
+        for h in gone {
+            if let Ok(Err(e)) = h.join() {
+                eprintln!("tess-pulse: a retired hart: {e}");
+            }
+        }
     }
 
     pub(crate) fn thread_started(&self) {
@@ -267,9 +332,13 @@ impl Shared {
         n
     }
 
-    /// Starts the kernel thread of `vhart`.
-    pub(crate) fn spawn_hart(self: &Arc<Self>, vhart: usize) -> Result<(), PulseError> {
-        let cpu = self.cpus[vhart % self.cpus.len()];
+    /// Makes and registers the state of `vhart` (pinned to its CPU standalone; in a cell,
+    /// placed by `cell.rs`, so its CPU is not fixed).
+    fn register_hart(self: &Arc<Self>, vhart: usize) -> Result<*mut HartState, PulseError> {
+        let cpu = match self.cell {
+            Some(_) => hart::UNPINNED,
+            None => self.cpus[vhart % self.cpus.len()],
+        };
         let period_ns = self.config.tick.map_or(0, clock::ns);
         let state = HartState::new(Arc::as_ptr(self), vhart, cpu, period_ns)?;
         let ptr = &*state as *const HartState as *mut HartState;
@@ -278,6 +347,12 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(state);
+        Ok(ptr)
+    }
+
+    /// Starts the kernel thread of `vhart`.
+    pub(crate) fn spawn_hart(self: &Arc<Self>, vhart: usize) -> Result<(), PulseError> {
+        let ptr = self.register_hart(vhart)?;
         let shared = self.clone();
         let epoch = self.adapt.epoch();
         let addr = ptr as usize;
@@ -292,7 +367,7 @@ impl Shared {
         self.threads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(handle);
+            .push((vhart, handle));
         Ok(())
     }
 
@@ -306,11 +381,14 @@ fn hart_thread(shared: Arc<Shared>, h: *mut HartState, epoch: u64) -> Result<(),
     // SAFETY: the HartState is kept in all_harts until the runtime is dropped.
     let h = unsafe { &*h };
     let vhart = h.vhart;
-    pin_to(h.cpu).map_err(|source| PulseError::Hart {
-        vhart,
-        what: "pinning to its CPU",
-        source,
-    })?;
+    match &shared.cell {
+        Some(cell) => cell.place(&shared, vhart),
+        None => pin_to(h.cpu).map_err(|source| PulseError::Hart {
+            vhart,
+            what: "pinning to its CPU",
+            source,
+        })?,
+    }
     let _alt = crate::fault::AltStack::install().map_err(|source| PulseError::Hart {
         vhart,
         what: "installing its alternate signal stack",
@@ -331,7 +409,11 @@ fn hart_thread(shared: Arc<Shared>, h: *mut HartState, epoch: u64) -> Result<(),
         None
     };
     // A hart started by an adaptation runs nothing before `adapt` has returned.
-    shared.adapt.wait_done(epoch, || shared.finished());
+    shared.adapt.wait_done(
+        epoch,
+        || shared.finished(),
+        crate::adapt::Pause::new(&shared),
+    );
     h.run_from_base();
     drop(timer);
     // SAFETY: clearing this kernel thread's hart pointer.
@@ -341,7 +423,7 @@ fn hart_thread(shared: Arc<Shared>, h: *mut HartState, epoch: u64) -> Result<(),
     Ok(())
 }
 
-fn pin_to(cpu: usize) -> std::io::Result<()> {
+pub(crate) fn pin_to(cpu: usize) -> std::io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: cpu is checked by the caller's configuration against the allowed set.
@@ -401,7 +483,9 @@ pub struct TickStats {
     pub sigreturn_ns: Vec<u64>,
     /// Per preempting tick: ns from the trampoline to the next application context running.
     pub user_ns: Vec<u64>,
-    /// Adaptation latencies (ns), resize request to `adapt` returned.
+    /// Adaptation latencies (ns), from the adaptation's start (standalone: the
+    /// [`PulseHandle::resize`] call; in a cell: the hart reading tessd's `Adapt`) to `adapt`
+    /// returned.
     pub adapt_ns: Vec<u64>,
 }
 
@@ -412,9 +496,14 @@ impl Pulse {
     }
 
     pub(crate) fn with_callbacks(
-        config: Config,
+        mut config: Config,
         callbacks: Callbacks,
     ) -> Result<Pulse, PulseError> {
+        let cell = CellLink::attach(&config.cell)?.map(|(link, harts)| {
+            // The cell's count wins: its size is tessd's, and changes under the program anyway.
+            config.harts = harts;
+            link
+        });
         if config.harts == 0 || config.harts > MAX_HARTS {
             return Err(PulseError::Config(format!(
                 "harts must be 1..={MAX_HARTS}, not {}",
@@ -429,7 +518,7 @@ impl Pulse {
             }
         }
         let allowed = allowed_cpus();
-        let cpus = if config.cpus.is_empty() {
+        let cpus = if config.cpus.is_empty() || cell.is_some() {
             allowed
         } else {
             if let Some(c) = config.cpus.iter().find(|c| !allowed.contains(c)) {
@@ -465,6 +554,8 @@ impl Pulse {
             sleeping: AtomicUsize::new(0),
             adapt: AdaptState::new(),
             watchdog_ns,
+            cell,
+            abandon: AtomicBool::new(false),
             config,
         });
         Ok(Pulse {
@@ -498,6 +589,16 @@ impl Pulse {
         self.initial.push(t);
     }
 
+    /// Harts Pulse will start with: [`Config::harts`], or in a cell the cell's count.
+    pub fn harts(&self) -> usize {
+        self.shared.harts()
+    }
+
+    /// The cell Pulse follows, if any ([`Config::cell`]).
+    pub fn cell(&self) -> Option<&str> {
+        self.shared.cell.as_ref().map(CellLink::name)
+    }
+
     /// A handle for resizing or stopping from another thread.
     pub fn handle(&self) -> PulseHandle {
         PulseHandle {
@@ -506,6 +607,11 @@ impl Pulse {
     }
 
     /// Starts the harts and blocks until every thread has finished (or [`PulseHandle::stop`]).
+    ///
+    /// In a cell the calling thread becomes vhart 0 (the process then leaves no idle thread in
+    /// the cell), and `run` also returns when tessd deletes the cell or goes away: the harts
+    /// leave at their next scheduler entry and threads that had not finished are abandoned,
+    /// never resumed ([`PulseHandle::live_threads`] counts them).
     pub fn run(mut self) -> Result<TickStats, PulseError> {
         let initial = std::mem::take(&mut self.initial);
         let c_threads = !matches!(self.shared.callbacks, Callbacks::Rust(_));
@@ -520,10 +626,21 @@ impl Pulse {
             return Ok(TickStats::default());
         }
         let n = self.shared.harts();
-        for v in 0..n {
-            self.shared.spawn_hart(v)?;
-        }
         let mut first_err = None;
+        if self.shared.cell.is_some() {
+            for v in 1..n {
+                self.shared.spawn_hart(v)?;
+            }
+            if let Err(e) = self.run_vhart0_here() {
+                self.shared.stop.store(true, Ordering::Release);
+                self.shared.ring();
+                first_err = Some(e);
+            }
+        } else {
+            for v in 0..n {
+                self.shared.spawn_hart(v)?;
+            }
+        }
         loop {
             let next = self
                 .shared
@@ -531,7 +648,7 @@ impl Pulse {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
-            let Some(h) = next else { break };
+            let Some((_, h)) = next else { break };
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -549,6 +666,30 @@ impl Pulse {
         }
         Ok(self.handle().stats())
     }
+
+    /// In a cell: the calling thread serves as vhart 0 until the run ends. A thread that pins
+    /// itself (cells without a reservation) gets its affinity back afterwards.
+    fn run_vhart0_here(&self) -> Result<(), PulseError> {
+        let h = self.shared.register_hart(0)?;
+        let saved = affinity();
+        let r = hart_thread(self.shared.clone(), h, self.shared.adapt.epoch());
+        if let Some(set) = saved {
+            if self.shared.cell.as_ref().is_some_and(|c| !c.reserved()) {
+                // SAFETY: pid 0 is the calling thread; set came from sched_getaffinity.
+                unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+            }
+        }
+        r
+    }
+}
+
+/// The calling thread's affinity.
+fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; set is a valid out-buffer.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    (r == 0).then_some(set)
 }
 
 impl PulseHandle {
@@ -563,6 +704,11 @@ impl PulseHandle {
         self.shared.harts()
     }
 
+    /// The cell Pulse follows, if any.
+    pub fn cell(&self) -> Option<&str> {
+        self.shared.cell.as_ref().map(CellLink::name)
+    }
+
     /// Threads not yet finished.
     pub fn live_threads(&self) -> usize {
         self.shared.live.load(Ordering::Acquire)
@@ -571,8 +717,14 @@ impl PulseHandle {
     /// Changes the number of harts (seed 004 section 4.4): every hart hands over the thread it
     /// runs, `adapt(old, new, running)` is called once on vhart 0, retired harts exit, new
     /// ones start. Returns when the adaptation is under way; a second request before it
-    /// finished is [`PulseError::AdaptInProgress`].
+    /// finished is [`PulseError::AdaptInProgress`]. Standalone only: in a cell it is
+    /// [`PulseError::InCell`] (`tess cell resize` resizes the cell, and Pulse follows).
     pub fn resize(&self, harts: usize) -> Result<(), PulseError> {
+        if let Some(cell) = &self.shared.cell {
+            return Err(PulseError::InCell {
+                cell: cell.name().to_string(),
+            });
+        }
         crate::adapt::begin(&self.shared, harts)
     }
 

@@ -42,9 +42,15 @@ impl Hart<'_> {
         self.state.shared().harts()
     }
 
-    /// The physical CPU this hart is pinned to.
+    /// The physical CPU this hart is pinned to (standalone), or runs on now (in a cell, where
+    /// tessd places the harts).
     pub fn cpu(&self) -> usize {
-        self.state.cpu
+        if self.state.cpu != crate::hart::UNPINNED {
+            return self.state.cpu;
+        }
+        // SAFETY: sched_getcpu has no preconditions.
+        let c = unsafe { libc::sched_getcpu() };
+        usize::try_from(c).unwrap_or(0)
     }
 
     /// The tick period, ns.

@@ -147,34 +147,17 @@ fn deadline_budget() -> Option<u64> {
     }
 }
 
-/// Whether tessd has placed this thread under its cell's reservation: a deadline thread, or
-/// (event-triggered cells on cgroup v1, one RT group server for the whole cell) `SCHED_RR`.
-fn placed() -> bool {
-    matches!(
-        attr::get_policy(0),
-        Ok((Policy::Deadline { .. } | Policy::RoundRobin { .. }, _))
-    )
-}
-
-/// Waits until tessd has placed this thread under its cell's reservation. The thread keeps
-/// running (`sched_yield`) rather than sleeping: tessd moves it to its hart with an affinity
-/// change, and the kernel accepts the promotion only once the thread is on that hart, which a
-/// sleeping thread reaches only when it wakes.
+/// Waits until tessd has placed this thread under its cell's reservation
+/// ([`tess_proto::runtime::wait_placed`]).
 fn wait_placed(shared: &Shared) {
-    let give_up = clock::now_ns() + clock::ns(shared.placement_timeout);
-    while !placed() {
-        if clock::now_ns() > give_up {
-            eprintln!(
-                "tess-runtime: virtual hart {} was not placed under its cell's reservation by tessd within {:?}; running without it",
-                vhart_id().unwrap_or(0),
-                shared.placement_timeout
-            );
-            return;
-        }
-        if shared.stopping() {
-            return;
-        }
-        tess_sched::attr::yield_now();
+    if !tess_proto::runtime::wait_placed(shared.placement_timeout, || shared.stopping())
+        && !shared.stopping()
+    {
+        eprintln!(
+            "tess-runtime: virtual hart {} was not placed under its cell's reservation by tessd within {:?}; running without it",
+            vhart_id().unwrap_or(0),
+            shared.placement_timeout
+        );
     }
 }
 

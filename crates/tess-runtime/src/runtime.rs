@@ -1,6 +1,6 @@
 //! Starting the harts, the shared state, adaptation, and the handle applications hold.
 
-use crate::control::{self, AttachError, Link};
+use crate::control::{AttachError, Link};
 use crate::hart;
 use crate::roster::Roster;
 use crate::sync::Doorbell;
@@ -362,19 +362,11 @@ impl Shared {
     }
 }
 
-/// Waits (up to 5 ms) until the kernel has reaped the retired hart threads: `pthread_join`
-/// returns when a thread has released its user-level resources, a moment before the kernel
-/// task leaves the cell's cgroup, and tessd, acting on the acknowledgement, must not find it
-/// there half-dead (it would try to re-place it).
+/// Waits (up to 5 ms) until the kernel has reaped the retired hart threads (see
+/// [`tess_proto::runtime::wait_gone`]).
 fn wait_gone(tids: &Mutex<Vec<i32>>) {
     let tids = std::mem::take(&mut *lock(tids));
-    let give_up = std::time::Instant::now() + Duration::from_millis(5);
-    for tid in tids {
-        let path = format!("/proc/self/task/{tid}");
-        while std::path::Path::new(&path).exists() && std::time::Instant::now() < give_up {
-            std::thread::yield_now();
-        }
-    }
+    tess_proto::runtime::wait_gone(&tids, Duration::from_millis(5));
 }
 
 fn timing_of_window(w: &tess_proto::runtime::Window) -> Timing {
@@ -423,7 +415,7 @@ impl Default for Builder {
             standalone: None,
             tuning: Tuning::default(),
             poll_interval: Duration::from_micros(200),
-            placement_timeout: Duration::from_secs(2),
+            placement_timeout: tess_proto::runtime::PLACEMENT_TIMEOUT,
         }
     }
 }
@@ -471,9 +463,9 @@ impl Builder {
             None => {
                 let cell = self
                     .cell
-                    .or_else(control::current_cell)
+                    .or_else(tess_proto::runtime::current_cell)
                     .ok_or(RuntimeError::NotInCell)?;
-                let (info, ep) = control::attach(&cell)?;
+                let (info, ch) = tess_proto::runtime::attach(&cell)?;
                 let harts: Vec<usize> = info.harts.iter().collect();
                 if harts.is_empty() {
                     return Err(RuntimeError::NoHarts { cell });
@@ -485,7 +477,7 @@ impl Builder {
                     harts,
                     timing,
                     reserved,
-                    Link::Tessd(Box::new(ep)),
+                    Link::Tessd(Box::new(ch)),
                 )
             }
         };

@@ -17,6 +17,7 @@ mod net;
 mod observe;
 mod pacora;
 mod pota;
+mod pulse;
 mod record;
 mod reserve;
 mod rtapp;
@@ -98,7 +99,8 @@ enum Which {
     /// Pulse, user-level scheduling inside a cell (seed 004 section 4.5, Table 3, issue 13):
     /// user-level switch vs a futex ping-pong, tick latency (expiry to the next thread, split
     /// into kernel delivery, sigreturn and user level) vs a SCHED_FIFO preemption, thread
-    /// creation vs pthread_create, adaptation 2 <-> 1 harts.
+    /// creation vs pthread_create, adaptation 2 <-> 1 harts by hand and driven by tessd (a
+    /// Pulse program in a 2-hart cell resized like `tess cell resize`).
     Pulse(Common),
     /// The parallel Pd graph engine (issue 15, seed 001 section 2): a 64-voice patch on 2 harts
     /// vs 1 (global queue and work stealing), a deep chain, per-block scheduling overhead, and
@@ -190,14 +192,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Reserve(c) => (c.clone(), reserve::run(&c)?),
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
         Which::Daemon(a) => (a.common.clone(), daemon::run(&a)?),
-        Which::Pulse(c) => {
-            let o = tess_pulse::bench::BenchOptions {
-                quick: c.quick,
-                cpu: c.hart,
-            };
-            let r = tess_pulse::bench::run(&o).map_err(|e| anyhow::anyhow!("pulse bench: {e}"))?;
-            (c.clone(), r)
-        }
+        Which::Pulse(c) => (c.clone(), pulse::run(&c)?),
         Which::Graph(a) => (a.common.clone(), graph::run(&a)?),
         Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
         Which::Pacora(c) => (c.clone(), pacora::run(&c)?),

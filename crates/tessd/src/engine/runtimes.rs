@@ -66,8 +66,8 @@ impl Engine {
         let Some(ep) = self.runtimes.get_mut(name) else {
             return;
         };
-        if ep.try_send(&msg).is_err() {
-            tracing::info!(cell = name, "the cell's runtime is gone");
+        if let Err(e) = ep.try_send(&msg) {
+            tracing::info!(cell = name, error = %e, "the cell's runtime is gone");
             self.runtimes.remove(name);
             return;
         }
