@@ -8,6 +8,7 @@
 //! one run set (see [`record`]).
 
 mod daemon;
+mod decoders;
 mod graph;
 mod heartbeat;
 mod isolation;
@@ -102,6 +103,14 @@ enum Which {
     /// creation vs pthread_create, adaptation 2 <-> 1 harts by hand and driven by tessd (a
     /// Pulse program in a 2-hart cell resized like `tess cell resize`).
     Pulse(Common),
+    /// Choosing the right user-level scheduler (seed 004 section 4.1, Fig. 5, issue 13): two
+    /// real H.264 decodes through libavcodec in one cell on one hart, 640x360 released at
+    /// 60 fps and 750x430 at 30 fps, one thread each; the hart's capacity is sized so decoding
+    /// needs 85% of it. The same clips and release times run under Pulse EDF (period =
+    /// deadline = the frame period), Pulse GRR (1 ms round robin), plain CFS threads and one
+    /// SCHED_DEADLINE reservation per thread; a frame misses when release to decode done
+    /// exceeds its period. Writes the latency CDFs as SVG (Fig. 5).
+    Decoders(decoders::DecodersArgs),
     /// The parallel Pd graph engine (issue 15, seed 001 section 2): a 64-voice patch on 2 harts
     /// vs 1 (global queue and work stealing), a deep chain, per-block scheduling overhead, and
     /// real-time voices on one hart against Pd 0.53 itself (`pd -batch`).
@@ -193,6 +202,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Rtapp(a) => (a.common.clone(), rtapp::run(&a)?),
         Which::Daemon(a) => (a.common.clone(), daemon::run(&a)?),
         Which::Pulse(c) => (c.clone(), pulse::run(&c)?),
+        Which::Decoders(a) => (a.common.clone(), decoders::run(&a)?),
         Which::Graph(a) => (a.common.clone(), graph::run(&a)?),
         Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
         Which::Pacora(c) => (c.clone(), pacora::run(&c)?),
