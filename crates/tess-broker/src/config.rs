@@ -9,6 +9,11 @@
 //! [cells.enc]
 //! floor = 0.05           # harts (default 0.05)
 //! ceiling = 1.0          # harts (default: 95% of the cell's harts)
+//! lower-pole = 0.8       # pole when giving CPU back (default: max(0.8, pole))
+//! lower-step = 0.05      # a lowering under this fraction of the share waits (default 0.05)
+//! margin = 0.05          # setpoint headroom above the target, fraction (default 0.05)
+//! noise-z = 2.0          # headroom per unit of measured relative noise (default 2)
+//! max-margin = 0.5       # largest headroom (default 0.5)
 //! ```
 
 use crate::pota::PotaConfig;
@@ -24,8 +29,18 @@ pub struct CellLimits {
     pub floor: Option<f64>,
     /// Largest share, harts.
     pub ceiling: Option<f64>,
-    /// Pole for this cell.
+    /// Pole for this cell (raising the share).
     pub pole: Option<f64>,
+    /// Pole for lowering the share (default: 0.8, or the pole if that is larger).
+    pub lower_pole: Option<f64>,
+    /// A lowering smaller than this fraction of the share is not applied (default 0.05).
+    pub lower_step: Option<f64>,
+    /// Headroom always kept above the target, fraction of it (default 0.05).
+    pub margin: Option<f64>,
+    /// Headroom per unit of measured relative noise (default 2).
+    pub noise_z: Option<f64>,
+    /// Largest headroom, fraction of the target (default 0.5).
+    pub max_margin: Option<f64>,
 }
 
 /// The whole configuration.
@@ -116,12 +131,21 @@ impl Config {
         let ceiling = l
             .ceiling
             .unwrap_or(harts.max(1) as f64 * crate::share::MAX_FRACTION);
+        let d = PotaConfig::default();
+        let pole = l.pole.unwrap_or(self.pole);
         PotaConfig {
-            pole: l.pole.unwrap_or(self.pole),
+            pole,
+            lower_pole: l.lower_pole.unwrap_or(d.lower_pole.max(pole)),
             floor: l.floor.unwrap_or(0.05).min(ceiling),
             ceiling,
             min_step: self.min_step,
+            lower_step: l.lower_step.unwrap_or(d.lower_step),
             forgetting: 0.9,
+            margin: l.margin.unwrap_or(d.margin),
+            noise_z: l.noise_z.unwrap_or(d.noise_z),
+            max_margin: l
+                .max_margin
+                .unwrap_or(d.max_margin.max(l.margin.unwrap_or(0.0))),
         }
     }
 }
@@ -142,5 +166,13 @@ mod tests {
         assert!(Config::parse("period = \"10ms\"").is_err());
         assert!(Config::parse("[cells.x]\nfloor = 2.0\nceiling = 1.0").is_err());
         assert!(Config::parse("bogus = 1").is_err());
+        let c =
+            Config::parse("pole = 0.9\n[cells.enc]\nmargin = 0.2\nlower-pole = 0.95\n").unwrap();
+        let p = c.controller("enc", 2);
+        assert_eq!((p.margin, p.lower_pole, p.max_margin), (0.2, 0.95, 0.5));
+        // The default lower pole is never faster than the pole.
+        assert_eq!(c.controller("other", 2).lower_pole, 0.9);
+        assert!(Config::parse("[cells.enc]\nlower-pole = 0.1\n").is_err());
+        assert!(Config::parse("[cells.enc]\nmargin = -1\n").is_err());
     }
 }

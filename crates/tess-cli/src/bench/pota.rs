@@ -49,6 +49,10 @@ pub struct PotaArgs {
     /// Write rate and share over time (SVG, the paper's Fig. 6) here.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Write every decision period of both runs here (CSV: run, time, rate, share in force,
+    /// share after, reason, controller note).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 const CELL: &str = "pota-enc";
@@ -94,11 +98,14 @@ fn frame_bytes(size: &str) -> anyhow::Result<u64> {
 }
 
 /// One second of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Window {
     t_s: f64,
     fps: f64,
     share: f64,
+    to: f64,
+    reason: String,
+    note: String,
 }
 
 fn spec(harts: &tess_sched::HartSet, share: f64, pinned: bool) -> CellSpec {
@@ -146,9 +153,19 @@ fn encode(
     config.cells.insert(
         CELL.into(),
         CellLimits {
+            // Raise within a period or two, give back slowly; at least 20% above the target
+            // (a window moves by a frame, 3%, on its own, and counts from 95% of it), more
+            // while the rate is noisy (2.5 RMS of the relative prediction error), up to 60%
+            // (docs/broker.md, "The section 6.1 experiment"). Lowerings under 10% of the share
+            // wait: the encoder stalls more often in the period after a change of window.
             floor: Some(0.1),
             ceiling: Some(ceiling),
-            pole: Some(0.5),
+            pole: Some(0.3),
+            lower_pole: Some(0.7),
+            lower_step: Some(0.1),
+            margin: Some(0.2),
+            noise_z: Some(2.5),
+            max_margin: Some(0.6),
         },
     );
     let mut broker = Broker::new(config, Tessd::new());
@@ -198,6 +215,9 @@ fn encode(
                     t_s: t0.elapsed().as_secs_f64(),
                     fps: d.rate,
                     share: d.from,
+                    to: d.to,
+                    reason: d.reason,
+                    note: d.note,
                 });
             }
         }
@@ -304,6 +324,19 @@ pub fn run(a: &PotaArgs) -> anyhow::Result<Report> {
         clip_commands(&a.size, phase).join(" ; ")
     ));
     r.note("seed 004 section 6.1: POTA allocates 69.95% of the static allocation's CPU bandwidth");
+    if let Some(p) = &a.trace {
+        let mut csv = String::from("run,t_s,fps,share,to,reason,note\n");
+        for (name, w) in [("static", &stat), ("pota", &pota)] {
+            for x in w.iter() {
+                csv += &format!(
+                    "{name},{:.3},{:.2},{:.4},{:.4},{},\"{}\"\n",
+                    x.t_s, x.fps, x.share, x.to, x.reason, x.note
+                );
+            }
+        }
+        std::fs::write(p, csv)?;
+        r.note(format!("decision periods: {}", p.display()));
+    }
     if let Some(p) = &a.svg {
         std::fs::write(p, svg(&stat, &pota, a.target_fps, full))?;
         r.note(format!("rate and share over time: {}", p.display()));
