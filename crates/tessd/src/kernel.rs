@@ -330,16 +330,35 @@ pub fn exact_deadline_enforcement(paths: &KernelPaths, store: &Store) -> Deadlin
     }
 }
 
+/// How long [`restore_all`] retries restoring `sched_rt_runtime_us` while deadline tasks exit.
+const RESTORE_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Restores every saved setting (teardown).
 pub fn restore_all(paths: &KernelPaths, store: &Store) -> Result<()> {
     let all = tess_sched::online_harts().unwrap_or_default();
     steer_off(paths, store, &HartSet::new(), &all)?;
     if let Some(orig) = store.saved("sysctl/sched_rt_runtime_us")? {
-        match write(&paths.rt_runtime(), &orig) {
-            Ok(()) => store.forget_saved("sysctl/sched_rt_runtime_us")?,
-            Err(e) => tracing::warn!(
-                "cannot restore sched_rt_runtime_us (deadline tasks still running?): {e:#}"
-            ),
+        // The kernel refuses a value below the bandwidth of the deadline tasks still alive, and
+        // a program killed just before the teardown may take a moment to exit: retry for a
+        // while before giving up (a private tessd's state, and with it the saved value, is often
+        // removed right after its teardown, so a give-up leaves the raised value behind).
+        let give_up = std::time::Instant::now() + RESTORE_RETRY;
+        loop {
+            match write(&paths.rt_runtime(), &orig) {
+                Ok(()) => {
+                    store.forget_saved("sysctl/sched_rt_runtime_us")?;
+                    break;
+                }
+                Err(_) if std::time::Instant::now() < give_up => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot restore sched_rt_runtime_us to {orig} (deadline tasks still running?): {e:#}"
+                    );
+                    break;
+                }
+            }
         }
     }
     if let Some(orig) = store.saved("sysctl/sched_rr_timeslice_ms")? {
