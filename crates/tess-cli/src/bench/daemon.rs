@@ -7,17 +7,16 @@
 //! not show it: each transaction sets a best-effort cell's weight to a new value, so the
 //! value read back says which transaction it came from.
 
-use super::support::{pick_hart, spawn_work, stop, Session};
+use super::support::{cell_on_hart, pick_hart, spawn_work, stop, Session};
 use super::Common;
 use clap::Args;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tess_bench::{Report, Summary, Table};
-use tess_core::spec::{CellSpec, HartRequest, Policy};
+use tess_core::spec::{CellSpec, Policy};
 use tess_proto::client::Client;
 use tess_proto::{Body, Request};
-use tess_sched::HartSet;
 
 /// `tess bench daemon`.
 #[derive(Args, Debug, Clone)]
@@ -47,15 +46,7 @@ const CLIENT_NICE: libc::c_int = -10;
 const WEIGHT0: u32 = 100;
 
 fn cells(hart: usize, i: u32) -> Vec<CellSpec> {
-    let spec = |name: &str, policy| CellSpec {
-        name: name.into(),
-        policy,
-        harts: HartRequest::Ids(HartSet::single(hart)),
-        memory_max: None,
-        pids_max: None,
-        pinned: false,
-        idle: None,
-    };
+    let spec = |name: &str, policy| cell_on_hart(name, policy, hart);
     vec![
         spec(
             BE,

@@ -57,14 +57,14 @@
 
 mod avcodec;
 
-use super::support::{pick_hart, tess_exe, Session};
+use super::support::{cell_on_hart, pick_hart, tess_exe, Session};
 use super::Common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tess_bench::{Report, Table};
-use tess_core::spec::{CellSpec, HartRequest, Policy};
+use tess_core::spec::Policy;
 use tess_sched::{attr, clock, HartSet};
 
 /// `tess bench decoders`.
@@ -751,26 +751,14 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     Ok(raw)
 }
 
-fn cell(name: &str, policy: Policy, hart: usize) -> CellSpec {
-    CellSpec {
-        name: name.into(),
-        policy,
-        harts: HartRequest::Ids(HartSet::single(hart)),
-        memory_max: None,
-        pids_max: None,
-        pinned: false,
-        idle: None,
-    }
-}
-
 /// Runs the worker in a best-effort cell on the hart, beside the anchor cell.
 fn in_cell(a: &DecodersArgs) -> anyhow::Result<Raw> {
     let mut s = Session::connect()?;
     let status = s.status()?;
     let hart = pick_hart(a.common.hart, &status)?;
     s.apply(vec![
-        cell(CELL, Policy::BestEffort { weight: 100 }, hart),
-        cell(
+        cell_on_hart(CELL, Policy::BestEffort { weight: 100 }, hart),
+        cell_on_hart(
             ANCHOR,
             Policy::EventTriggered {
                 period: Duration::from_millis(10),

@@ -30,12 +30,12 @@
 //! workload pinned there. The time-triggered policy's latency (window start to running) is in
 //! `tess bench gang`.
 
-use super::support::{collect, pick_hart, spawn_work, stop, Session};
+use super::support::{cell_on_hart, collect, pick_hart, spawn_work, stop, Session};
 use super::Common;
 use std::time::Duration;
 use tess_bench::Summary;
 use tess_bench::{Report, Table};
-use tess_core::spec::{CellSpec, HartRequest, Policy};
+use tess_core::spec::Policy;
 use tess_sched::{clock, HartSet};
 
 const ET: &str = "mux-et20";
@@ -49,18 +49,6 @@ struct SpinResult {
     rate: f64,
     cpu_ns: u64,
     seconds: f64,
-}
-
-fn cell(name: &str, policy: Policy, hart: usize) -> CellSpec {
-    CellSpec {
-        name: name.into(),
-        policy,
-        harts: HartRequest::Ids(HartSet::single(hart)),
-        memory_max: None,
-        pids_max: None,
-        pinned: false,
-        idle: None,
-    }
 }
 
 /// Runs the given cells' workers over one common measurement window.
@@ -114,7 +102,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
     let linux = linux_latency(hart, probes)?;
     let ms = Duration::from_millis;
     s.apply(vec![
-        cell(
+        cell_on_hart(
             ET,
             Policy::EventTriggered {
                 period: ms(10),
@@ -122,7 +110,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
             },
             hart,
         ),
-        cell(
+        cell_on_hart(
             TT,
             Policy::TimeTriggered {
                 period: ms(10),
@@ -131,9 +119,9 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
             },
             hart,
         ),
-        cell(BE1, Policy::BestEffort { weight: 100 }, hart),
-        cell(BE2, Policy::BestEffort { weight: 100 }, hart),
-        cell(FILL, Policy::BestEffort { weight: 1 }, hart),
+        cell_on_hart(BE1, Policy::BestEffort { weight: 100 }, hart),
+        cell_on_hart(BE2, Policy::BestEffort { weight: 100 }, hart),
+        cell_on_hart(FILL, Policy::BestEffort { weight: 1 }, hart),
     ])?;
     let filler = spawn_work(Some(FILL), &["filler".into()])?;
     // results[scenario][cell index] = samples over rounds

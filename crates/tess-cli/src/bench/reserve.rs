@@ -30,13 +30,13 @@
 //! them), then measures over the window; the window ends by the worker's own clock, so the
 //! `timeout` wrapper never has to fire.
 
-use super::support::{collect, pick_hart, tess_exe, Session};
+use super::support::{cell_on_hart, collect, pick_hart, tess_exe, Session};
 use super::Common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tess_bench::{Report, Table};
-use tess_core::spec::{CellSpec, HartRequest, Policy};
-use tess_sched::{attr, clock, HartSet};
+use tess_core::spec::Policy;
+use tess_sched::{attr, clock};
 
 const HOGS: &str = "reserve-hogs";
 const ANCHOR: &str = "reserve-anchor";
@@ -268,18 +268,6 @@ fn spawn_shape(
     Ok(cmd.spawn()?)
 }
 
-fn cell(name: &str, policy: Policy, hart: usize) -> CellSpec {
-    CellSpec {
-        name: name.into(),
-        policy,
-        harts: HartRequest::Ids(HartSet::single(hart)),
-        memory_max: None,
-        pids_max: None,
-        pinned: false,
-        idle: None,
-    }
-}
-
 /// Runs the benchmark.
 pub fn run(c: &Common) -> anyhow::Result<Report> {
     let mut s = Session::connect()?;
@@ -290,8 +278,8 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
     } else {
         Duration::from_secs(4)
     };
-    let mut specs = vec![cell(HOGS, Policy::BestEffort { weight: 100 }, hart)];
-    specs.push(cell(
+    let mut specs = vec![cell_on_hart(HOGS, Policy::BestEffort { weight: 100 }, hart)];
+    specs.push(cell_on_hart(
         ANCHOR,
         Policy::EventTriggered {
             period: PERIOD,

@@ -1,10 +1,25 @@
 //! Plumbing shared by the benchmarks: talking to tessd, running workloads in cells, cleaning up.
 
 use std::process::{Child, Command, Stdio};
+use tess_core::spec::{CellSpec, HartRequest, Policy};
 use tess_proto::StatusInfo;
+use tess_sched::HartSet;
 
 /// A connection to tessd that deletes the cells it created when dropped, even on error.
 pub use tess_proto::CellSession as Session;
+
+/// A bench cell on one hart: `policy`, no memory or pid limits, not pinned, the default idle.
+pub fn cell_on_hart(name: &str, policy: Policy, hart: usize) -> CellSpec {
+    CellSpec {
+        name: name.into(),
+        policy,
+        harts: HartRequest::Ids(HartSet::single(hart)),
+        memory_max: None,
+        pids_max: None,
+        pinned: false,
+        idle: None,
+    }
+}
 
 /// The hart to measure on: the one asked for, or the highest managed hart.
 pub fn pick_hart(asked: Option<usize>, status: &StatusInfo) -> anyhow::Result<usize> {
