@@ -10,77 +10,39 @@
 #![cfg(not(loom))]
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use tess_testkit::{built, Tessd};
+use tess_testkit::Tessd;
 
 const CELL: &str = "pulse";
 
-/// A private tessd from the workspace's harness (`tess-testkit`: machine-wide lock, own socket,
-/// state and cgroup subtree, killed by pid and reset when dropped).
-struct Daemon(Tessd);
+/// The cell as `tess cell show --json` prints it.
+fn show(d: &Tessd) -> serde_json::Value {
+    let out = d.tess(&["cell", "show", CELL, "--json"]);
+    assert!(
+        out.status.success(),
+        "tess cell show: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
 
-impl Daemon {
-    fn start() -> Daemon {
-        let d = Daemon(Tessd::start());
-        let t0 = Instant::now();
-        while !d.tess(&["status"]).status.success() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "tessd does not answer `tess status`:\n{}",
-                d.0.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+/// Waits until the cell has `harts` harts with exactly one thread of the program on each,
+/// under the reservation (`SCHED_DEADLINE`); tessd places threads asynchronously (on fork
+/// events and periodically), so a slow machine makes this slower, not flaky.
+fn wait_placed(d: &Tessd, harts: usize, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = serde_json::Value::Null;
+    while Instant::now() < deadline {
+        last = show(d);
+        if placed_one_per_hart(&last, harts) {
+            return;
         }
-        d
+        std::thread::sleep(Duration::from_millis(100));
     }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(built("tess"));
-        c.args(args).env("TESS_SOCKET", &self.0.socket);
-        c
-    }
-
-    fn tess(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) {
-        let out = self.tess(args);
-        assert!(
-            out.status.success(),
-            "tess {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn show(&self) -> serde_json::Value {
-        let out = self.tess(&["cell", "show", CELL, "--json"]);
-        assert!(
-            out.status.success(),
-            "tess cell show: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// Waits until the cell has `harts` harts with exactly one thread of the program on each,
-    /// under the reservation (`SCHED_DEADLINE`); tessd places threads asynchronously (on fork
-    /// events and periodically), so a slow machine makes this slower, not flaky.
-    fn wait_placed(&self, harts: usize, log: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut last = serde_json::Value::Null;
-        while Instant::now() < deadline {
-            last = self.show();
-            if placed_one_per_hart(&last, harts) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "the cell never had one thread of the program on each of {harts} harts:\n{last:#}\nprogram so far:\n{log}"
-        );
-    }
+    panic!(
+        "the cell never had one thread of the program on each of {harts} harts:\n{last:#}\nprogram so far:\n{log}"
+    );
 }
 
 fn harts_of(v: &serde_json::Value) -> Vec<u64> {
@@ -197,9 +159,9 @@ fn kernel_threads(text: &str, vhart: usize) -> Vec<i64> {
 /// A fresh 2-hart time-triggered cell with `pulse-cell --threads 6` running in it, both harts
 /// running threads and placed; returns the daemon, the program, its pid, its stdin (closing it
 /// ends the program) and its transcript.
-fn start_in_cell() -> (Daemon, Program, i64, std::process::ChildStdin, Transcript) {
-    let d = Daemon::start();
-    d.ok(&[
+fn start_in_cell() -> (Tessd, Program, i64, std::process::ChildStdin, Transcript) {
+    let d = Tessd::start();
+    d.tess_ok(&[
         "cell",
         "create",
         CELL,
@@ -214,7 +176,7 @@ fn start_in_cell() -> (Daemon, Program, i64, std::process::ChildStdin, Transcrip
     ]);
     let program = env!("CARGO_BIN_EXE_pulse-cell");
     let mut child = Program(Some(
-        d.command(&["run", "--cell", CELL, "--", program, "--threads", "6"])
+        d.tess_command(&["run", "--cell", CELL, "--", program, "--threads", "6"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -227,7 +189,7 @@ fn start_in_cell() -> (Daemon, Program, i64, std::process::ChildStdin, Transcrip
     let mut t = Transcript::follow(c.stdout.take().unwrap(), c.stderr.take().unwrap());
     t.wait_for(&format!("start cell={CELL} harts=2 threads=6"), 1);
     t.wait_for("vhart 1 runs on kernel thread", 1);
-    d.wait_placed(2, &t.text);
+    wait_placed(&d, 2, &t.text);
     (d, child, pid, stdin, t)
 }
 
@@ -236,15 +198,15 @@ fn start_in_cell() -> (Daemon, Program, i64, std::process::ChildStdin, Transcrip
 fn pulse_follows_its_cell_through_resizes() {
     let (d, mut child, pid, stdin, mut t) = start_in_cell();
 
-    d.ok(&["cell", "resize", CELL, "--harts", "1"]);
+    d.tess_ok(&["cell", "resize", CELL, "--harts", "1"]);
     t.wait_for("adapt(2 -> 1) ", 1);
-    d.wait_placed(1, &t.text);
+    wait_placed(&d, 1, &t.text);
 
-    d.ok(&["cell", "resize", CELL, "--harts", "2"]);
+    d.tess_ok(&["cell", "resize", CELL, "--harts", "2"]);
     t.wait_for("adapt(1 -> 2) ", 1);
     // vhart 1 runs again, on a new kernel thread.
     t.wait_for("vhart 1 runs on kernel thread", 2);
-    d.wait_placed(2, &t.text);
+    wait_placed(&d, 2, &t.text);
 
     // Closing its standard input ends the program.
     drop(stdin);
@@ -282,7 +244,7 @@ fn pulse_follows_its_cell_through_resizes() {
         "a thread was lost:\n{text}"
     );
     // tessd had Pulse's acknowledgement of the shrink before it took the hart away.
-    let log = d.0.log();
+    let log = d.log();
     assert!(
         !log.contains("did not confirm the adaptation"),
         "tessd shrank the cell without Pulse's acknowledgement:\n{log}"
@@ -295,7 +257,7 @@ fn pulse_stops_when_its_cell_is_deleted() {
     let (d, mut child, _pid, _stdin, t) = start_in_cell();
     // tessd sends Shutdown: the harts leave at their next scheduler entry and Pulse::run
     // returns, abandoning the threads (they spin until stdin closes, which it does not).
-    d.ok(&["cell", "delete", CELL]);
+    d.tess_ok(&["cell", "delete", CELL]);
     let mut c = child.0.take().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {

@@ -8,48 +8,9 @@
 #![cfg(not(loom))]
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tess_testkit::{built, profile_dir, Tessd};
-
-/// A private tessd from the workspace's harness (`tess-testkit`: machine-wide lock, own socket,
-/// state and cgroup subtree, killed by pid and reset when dropped).
-struct Daemon(Tessd);
-
-impl Daemon {
-    fn start() -> Daemon {
-        let d = Daemon(Tessd::start());
-        let t0 = Instant::now();
-        while !d.tess(&["status"]).status.success() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "tessd does not answer `tess status`:\n{}",
-                d.0.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        d
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(built("tess"));
-        c.args(args).env("TESS_SOCKET", &self.0.socket);
-        c
-    }
-
-    fn tess(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) {
-        let out = self.tess(args);
-        assert!(
-            out.status.success(),
-            "tess {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
+use tess_testkit::{profile_dir, Tessd};
 
 /// What a running program has printed so far, read line by line from its stdout.
 struct Transcript {
@@ -107,8 +68,8 @@ impl Transcript {
 /// vharts run, resizes the cell to 1 hart; once the program has adapted, back to 2; returns
 /// what it printed.
 fn run_in_cell(program: &Path, args: &[&str]) -> String {
-    let d = Daemon::start();
-    d.ok(&[
+    let d = Tessd::start();
+    d.tess_ok(&[
         "cell",
         "create",
         "gang",
@@ -124,16 +85,16 @@ fn run_in_cell(program: &Path, args: &[&str]) -> String {
     let mut run_args = vec!["run", "--cell", "gang", "--", program.to_str().unwrap()];
     run_args.extend_from_slice(args);
     let mut child = d
-        .command(&run_args)
+        .tess_command(&run_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut transcript = Transcript::follow(child.stdout.take().unwrap());
     transcript.wait_for("vhart 1 on hart", 1);
-    d.ok(&["cell", "resize", "gang", "--harts", "1"]);
+    d.tess_ok(&["cell", "resize", "gang", "--harts", "1"]);
     transcript.wait_for("adapt(2 -> 1)", 1);
-    d.ok(&["cell", "resize", "gang", "--harts", "2"]);
+    d.tess_ok(&["cell", "resize", "gang", "--harts", "2"]);
     transcript.wait_for("adapt(1 -> 2)", 1);
     assert_windows_published(&d);
     let out = child.wait_with_output().unwrap();
@@ -150,7 +111,7 @@ fn run_in_cell(program: &Path, args: &[&str]) -> String {
 /// The runtime publishes how late each vhart entered each window and how long after the
 /// window's first vhart (crate tess-stats), where tessd's metrics and `tess top` find them by
 /// the cell's processes.
-fn assert_windows_published(d: &Daemon) {
+fn assert_windows_published(d: &Tessd) {
     let out = d.tess(&["cell", "show", "gang", "--json"]);
     let cell: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let procs: Vec<i32> = cell["processes"]

@@ -214,6 +214,28 @@ impl Tessd {
         }
     }
 
+    /// `tess ARGS` against this daemon (`TESS_SOCKET` set), ready to run.
+    pub fn tess_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(built("tess"));
+        c.args(args).env("TESS_SOCKET", &self.socket);
+        c
+    }
+
+    /// Runs `tess ARGS` against this daemon and returns what it printed.
+    pub fn tess(&self, args: &[&str]) -> std::process::Output {
+        self.tess_command(args).output().expect("running tess")
+    }
+
+    /// Runs `tess ARGS` against this daemon; panics with its standard error unless it succeeds.
+    pub fn tess_ok(&self, args: &[&str]) {
+        let out = self.tess(args);
+        assert!(
+            out.status.success(),
+            "tess {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Gives the daemon a configuration file with `text` (tessd.toml syntax) before
     /// [`Tessd::spawn`].
     pub fn configure(&mut self, text: &str) {
