@@ -142,10 +142,14 @@ impl DspGraph {
                 &mut *node.outs.get(),
             )
         };
+        // An inlet with one source reads that source's buffer in place, as Pd does; only a
+        // scalar (unconnected) inlet or a sum of several sources is written into the node's own
+        // input buffer first.
         for (i, srcs) in node.sources.iter().enumerate() {
             let buf = &mut ins[i];
             match srcs.split_first() {
                 None => buf.fill(obj.signal_scalar(node.signal_inlet_ports[i])),
+                Some((_, [])) => {}
                 Some((&(s0, o0), rest)) => {
                     // SAFETY: sources are predecessors, finished; their outputs are not written
                     // until the next block.
@@ -161,6 +165,25 @@ impl DspGraph {
                 }
             }
         }
-        obj.perform(ins, outs);
+        let view = |i: usize| -> &[f32] {
+            match node.sources[i].as_slice() {
+                // SAFETY: as above; the source is another node (a node feeding itself is a DSP
+                // loop, which `sort` refuses before a graph is built),
+                // so this shared borrow does not alias `outs`.
+                [(s, o)] => unsafe { &(&*self.nodes[*s].outs.get())[*o] },
+                _ => &ins[i],
+            }
+        };
+        const ON_STACK: usize = 8;
+        if ins.len() <= ON_STACK {
+            let mut views: [&[f32]; ON_STACK] = [&[]; ON_STACK];
+            for (i, v) in views.iter_mut().enumerate().take(ins.len()) {
+                *v = view(i);
+            }
+            obj.perform(&views[..ins.len()], outs);
+        } else {
+            let views: Vec<&[f32]> = (0..ins.len()).map(view).collect();
+            obj.perform(&views, outs);
+        }
     }
 }

@@ -62,7 +62,7 @@ impl PdObject for Tabread4 {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.array = env.shared.array(&self.name);
     }
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let Some(arr) = &self.array else {
             outs[0].fill(0.0);
             return;
@@ -74,7 +74,7 @@ impl PdObject for Tabread4 {
             return;
         }
         let onset = self.onset as f64;
-        for (o, &i) in outs[0].iter_mut().zip(&ins[0]) {
+        for (o, &i) in outs[0].iter_mut().zip(ins[0]) {
             let findex = i as f64 + onset;
             let mut index = findex as i32;
             let frac: f32;
@@ -135,7 +135,7 @@ impl PdObject for Tabosc4 {
             }
         }
     }
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let Some(arr) = &self.array else {
             outs[0].fill(0.0);
             return;
@@ -146,7 +146,7 @@ impl PdObject for Tabosc4 {
         let conv = fnpoints * self.conv;
         let normhi = hi(UNITBIT32);
         let mut dphase = fnpoints as f64 * self.phase + UNITBIT32;
-        for (o, &i) in outs[0].iter_mut().zip(&ins[0]) {
+        for (o, &i) in outs[0].iter_mut().zip(ins[0]) {
             let cur = dphase;
             dphase += (i * conv) as f64;
             let idx = (hi(cur) & mask) as usize;

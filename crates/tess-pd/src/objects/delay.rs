@@ -41,14 +41,14 @@ impl PdObject for DelWrite {
         l.vecsize = env.block;
         l.update_sr(env.sample_rate);
     }
-    fn perform(&mut self, ins: &[Vec<f32>], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
         let mut l = lock(&self.line);
         let nsamps = l.n;
         let end = nsamps + XTRASAMPS;
         let mut phase = l.phase;
         let mut bp = phase;
         phase += ins[0].len();
-        for &f in &ins[0] {
+        for &f in ins[0] {
             let f = if big_or_small(f) { 0.0 } else { f };
             l.vec[bp] = f;
             bp += 1;
@@ -117,7 +117,7 @@ impl PdObject for DelRead {
             self.set_delay(self.deltime);
         }
     }
-    fn perform(&mut self, _ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let Some(line) = &self.line else {
             outs[0].fill(0.0);
             return;
@@ -171,7 +171,7 @@ impl PdObject for Vd {
         let sorted = lock(&env.shared.delwrites_sorted).contains(&self.name);
         self.zerodel = if sorted { 0.0 } else { env.block as f32 };
     }
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let Some(line) = &self.line else {
             outs[0].fill(0.0);
             return;
@@ -186,7 +186,7 @@ impl PdObject for Vd {
         }
         let mut fn_ = (n - 1) as f32;
         let wp = l.phase as i32;
-        for (o, &d) in outs[0].iter_mut().zip(&ins[0]) {
+        for (o, &d) in outs[0].iter_mut().zip(ins[0]) {
             let mut delsamps = self.sr_per_ms * d - self.zerodel;
             // also catches NaN, as Pd's `!(delsamps >= 1.00001f)` does
             if delsamps.is_nan() || delsamps < 1.00001f32 {

@@ -55,9 +55,9 @@ impl PdObject for Binop {
             self.right
         }
     }
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let out = &mut outs[0];
-        let a = &ins[0];
+        let a = ins[0];
         if self.scalar_right {
             let g = self.right;
             match self.op {
@@ -82,7 +82,7 @@ impl PdObject for Binop {
                     .for_each(|(o, &f)| *o = if f < g { f } else { g }),
             }
         } else {
-            let b = &ins[1];
+            let b = ins[1];
             let it = out.iter_mut().zip(a.iter().zip(b));
             match self.op {
                 Op::Plus => it.for_each(|(o, (&f, &g))| *o = f + g),
@@ -179,7 +179,7 @@ impl PdObject for Unary {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let it = outs[0].iter_mut().zip(ins[0].iter());
         match self.fun {
             Fun::Wrap => it.for_each(|(o, &f)| {
@@ -232,7 +232,7 @@ impl PdObject for Clip {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         for (o, &f) in outs[0].iter_mut().zip(ins[0].iter()) {
             let mut f = f;
             if f < self.lo {
@@ -264,7 +264,7 @@ impl PdObject for Sig {
     fn is_dsp(&self) -> bool {
         true
     }
-    fn perform(&mut self, _ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         outs[0].fill(self.value);
     }
     fn cost_hint_ns(&self) -> u32 {

@@ -118,9 +118,10 @@ pub trait PdObject: Send + std::fmt::Debug {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         let _ = env;
     }
-    /// Computes one block. `ins[k]` is signal inlet k's input (summed), `outs[k]` signal
-    /// outlet k's buffer; both are `block` long.
-    fn perform(&mut self, ins: &[Vec<f32>], outs: &mut [Vec<f32>]) {
+    /// Computes one block. `ins[k]` is signal inlet k's input (summed; with one source, that
+    /// source's own output buffer, read in place), `outs[k]` signal outlet k's buffer; both
+    /// are `block` long.
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let _ = (ins, outs);
     }
     /// After each block, for objects that report to control (Pd's `clock_delay(c, 0)` from a
