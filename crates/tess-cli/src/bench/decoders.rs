@@ -148,6 +148,10 @@ struct Raw {
     capacity: f64,
     /// Per variant (VARIANTS order), per stream (STREAMS order): latencies in ns.
     latency_ns: Vec<Vec<Vec<u64>>>,
+    /// Per variant: CPU time the decoding threads (or the Pulse hart) used, as a fraction of
+    /// the hart over the variant's run (first release to last frame done).
+    #[serde(default)]
+    received: Vec<f64>,
     notes: Vec<String>,
 }
 
@@ -299,6 +303,8 @@ fn load_units(path: &Path) -> anyhow::Result<Units> {
     Ok(std::sync::Arc::new(units))
 }
 
+/// CPU time of the calling kernel thread (for a Pulse thread: its hart's, every Pulse thread
+/// on that hart included).
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -331,6 +337,21 @@ enum Wait {
     PulseEdf,
 }
 
+/// What one stream's thread did: its frames' latencies, and the CPU time of the kernel thread
+/// it ran on and the time when it finished (for the share of the hart each scheduler got).
+struct Played {
+    latency: Vec<u64>,
+    /// The kernel thread's CPU time when the stream started and when it finished.
+    cpu_ns: (u64, u64),
+    end_ns: u64,
+}
+
+/// One scheduler's run: latencies per stream, and the share of the hart it received.
+struct Run {
+    latency: Vec<Vec<u64>>,
+    received: f64,
+}
+
 /// Decodes `frames` frames of `units`, frame `k` released at `first + k * period`; returns the
 /// latencies. Under EDF the first release is the thread's own (from `wait_next_period`).
 fn play(
@@ -340,8 +361,9 @@ fn play(
     period: u64,
     frames: usize,
     wait: Wait,
-) -> Vec<u64> {
+) -> Played {
     let mut lat = Vec::with_capacity(frames);
+    let cpu_start = thread_cpu_ns();
     let mut release = first;
     if let Wait::PulseEdf = wait {
         release = tess_pulse::edf::wait_next_period().unwrap_or(first);
@@ -375,7 +397,11 @@ fn play(
             break;
         }
     }
-    lat
+    Played {
+        latency: lat,
+        cpu_ns: (cpu_start, thread_cpu_ns()),
+        end_ns: clock::now_ns(),
+    }
 }
 
 fn sleep_until(wait: Wait, at: u64) {
@@ -519,7 +545,7 @@ struct Setup {
     load: f64,
 }
 
-fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Vec<Vec<u64>>> {
+fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
     let config = tess_pulse::Config {
         cell: tess_pulse::CellMode::Standalone,
         harts: 1,
@@ -591,17 +617,39 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Vec<Vec<u64>
     if let Some(e) = failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
         anyhow::bail!("SCHED_DEADLINE reservation for the Pulse hart: {e}");
     }
-    collect_streams(rx)
+    collect_streams(rx, first, true)
 }
 
+/// Gathers the streams of a run started at `first`. `one_thread`: the streams ran on one
+/// kernel thread (the Pulse hart), whose CPU time counts once; else each had its own.
 fn collect_streams(
-    rx: std::sync::mpsc::Receiver<(usize, Vec<u64>)>,
-) -> anyhow::Result<Vec<Vec<u64>>> {
-    let mut out = vec![Vec::new(); STREAMS.len()];
-    for (i, lat) in rx {
-        out[i] = lat;
+    rx: std::sync::mpsc::Receiver<(usize, Played)>,
+    first: u64,
+    one_thread: bool,
+) -> anyhow::Result<Run> {
+    let mut played: Vec<Option<Played>> = (0..STREAMS.len()).map(|_| None).collect();
+    for (i, p) in rx {
+        played[i] = Some(p);
     }
-    Ok(out)
+    let played: Vec<Played> = played
+        .into_iter()
+        .map(|p| p.ok_or_else(|| anyhow::anyhow!("a stream reported nothing")))
+        .collect::<anyhow::Result<_>>()?;
+    let end = played.iter().map(|p| p.end_ns).max().unwrap_or(first);
+    let cpu = if one_thread {
+        let start = played.iter().map(|p| p.cpu_ns.0).min().unwrap_or(0);
+        let stop = played.iter().map(|p| p.cpu_ns.1).max().unwrap_or(0);
+        stop.saturating_sub(start)
+    } else {
+        played
+            .iter()
+            .map(|p| p.cpu_ns.1.saturating_sub(p.cpu_ns.0))
+            .sum()
+    };
+    Ok(Run {
+        received: cpu as f64 / end.saturating_sub(first).max(1) as f64,
+        latency: played.into_iter().map(|p| p.latency).collect(),
+    })
 }
 
 fn run_linux(
@@ -609,7 +657,7 @@ fn run_linux(
     cgroup_tasks: Option<&Path>,
     deadline: bool,
     dl_pinned: bool,
-) -> anyhow::Result<Vec<Vec<u64>>> {
+) -> anyhow::Result<Run> {
     let first = clock::now_ns() + 50_000_000;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
@@ -656,7 +704,7 @@ fn run_linux(
         h.join()
             .map_err(|_| anyhow::anyhow!("a decode thread panicked"))??;
     }
-    collect_streams(rx)
+    collect_streams(rx, first, false)
 }
 
 fn num_cpus() -> usize {
@@ -725,7 +773,7 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     // their own cgroup; without a cell, a SCHED_FIFO 99 thief leaves it to Pulse and CFS alike.
     let reserve = in_cell;
     for (name, _) in VARIANTS {
-        let lat = match name {
+        let run = match name {
             "dl" => run_linux(&setup, None, true, raw.dl_pinned)?,
             "edf" | "grr" if reserve => run_pulse(&setup, name == "edf", true)?,
             "cfs" if reserve => {
@@ -743,7 +791,8 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
                 r?
             }
         };
-        raw.latency_ns.push(lat);
+        raw.latency_ns.push(run.latency);
+        raw.received.push(run.received);
     }
     raw.cost_ns = cost_ns;
     raw.demand = demand;
@@ -848,6 +897,7 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
             "p50 30 ms",
             "p99 30 ms",
             "frames",
+            "CPU received",
         ],
     );
     let mut miss = std::collections::BTreeMap::new();
@@ -870,6 +920,13 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
             row.push(format!("{p99:.2}"));
         }
         row.push(format!("{} + {}", lat[0].len(), lat[1].len()));
+        match raw.received.get(v) {
+            Some(&got) => {
+                r.figure(format!("{name}_received"), got);
+                row.push(format!("{:.1}%", got * 100.0));
+            }
+            None => row.push("-".into()),
+        }
         t.row(&row);
     }
     r.table(t);
@@ -922,6 +979,12 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
         raw.capacity * 100.0,
         raw.demand / raw.capacity
     ));
+    notes.push(
+        "CPU received: CPU time of the decoding threads (for Pulse, of its hart's kernel thread) \
+         from the first release to the last frame done, as a share of the hart; a scheduler that \
+         received more than the capacity was not held to it"
+            .to_string(),
+    );
     notes.push(if raw.in_cell {
         format!(
             "capacity: edf/grr: the Pulse hart is one SCHED_DEADLINE reservation (capacity x \
