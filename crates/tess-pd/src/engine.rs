@@ -293,7 +293,7 @@ impl Engine {
         exec.run_block(&self.graph);
         for k in 0..self.pollers.len() {
             let n = self.pollers[k];
-            if self.graph.obj_mut(n).wants_clock_after_block() {
+            if self.graph.take_fired(n) {
                 let id = self.graph.nodes[n].obj_id;
                 self.act(id, Action::SetClock(0, 0.0));
             }

@@ -14,6 +14,7 @@
 use crate::load::Program;
 use crate::objects::{PdObject, Port};
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One signal object, ready to run.
 #[derive(Debug)]
@@ -46,6 +47,11 @@ pub struct DspGraph {
     pub nodes: Vec<Node>,
     /// Node of each flat object id (None for control objects).
     pub node_of: Vec<Option<usize>>,
+    /// Per node: its object asked for a clock after this block (`wants_clock_after_block`).
+    /// Asked on the hart that ran the node, right after `perform`, so that the control pass
+    /// after the block reads these flags instead of every object: reading the objects would
+    /// pull each one's state from the hart that computes it, and back, on every block.
+    fired: Vec<AtomicBool>,
 }
 
 impl DspGraph {
@@ -118,7 +124,18 @@ impl DspGraph {
                 nodes[a].succs.push(b);
             }
         }
-        DspGraph { nodes, node_of }
+        let fired = nodes.iter().map(|_| AtomicBool::new(false)).collect();
+        DspGraph {
+            nodes,
+            node_of,
+            fired,
+        }
+    }
+
+    /// Whether node `k`'s object asked for a clock after the last block (and forgets it).
+    pub fn take_fired(&self, k: usize) -> bool {
+        // Only a flag that is set is written, so the flags' lines stay shared between harts.
+        self.fired[k].load(Ordering::Relaxed) && self.fired[k].swap(false, Ordering::Relaxed)
     }
 
     /// The object of a node, for control messages between blocks.
@@ -184,6 +201,11 @@ impl DspGraph {
         } else {
             let views: Vec<&[f32]> = (0..ins.len()).map(view).collect();
             obj.perform(&views, outs);
+        }
+        if obj.wants_clock_after_block() {
+            // Read after the block by the thread that ran it, which the block's completion
+            // (an acquire of the done count) orders after this store.
+            self.fired[k].store(true, Ordering::Relaxed);
         }
     }
 }

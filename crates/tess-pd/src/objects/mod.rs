@@ -124,8 +124,9 @@ pub trait PdObject: Send + std::fmt::Debug {
     fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
         let _ = (ins, outs);
     }
-    /// After each block, for objects that report to control (Pd's `clock_delay(c, 0)` from a
-    /// perform routine): return true to get [`PdObject::clock`] tag 0 at the next tick.
+    /// Right after each `perform`, on the same hart, for objects that report to control (Pd's
+    /// `clock_delay(c, 0)` from a perform routine): return true to get [`PdObject::clock`]
+    /// tag 0 after the block, in node order.
     fn wants_clock_after_block(&mut self) -> bool {
         false
     }
