@@ -5,8 +5,12 @@
 //! every time the program has taken another FRAME_BYTES bytes, the heartbeat beats. This serves
 //! any program that consumes fixed-size units on its input (an encoder fed raw frames, an audio
 //! filter fed raw blocks), counts exactly, and needs no knowledge of the program's output
-//! format. The pipe is shrunk to one page, so "written into the pipe" is at most 4 KiB ahead
-//! of "taken by the program". The alternative, parsing a progress line on standard error, was
+//! format. The pipe holds one frame, so "written into the pipe" is at most one frame ahead of
+//! "taken by the program": a rate over a decision period is off by at most one frame. (A
+//! one-page pipe counted exactly but cost the program one hand-off with this process per 4 KiB,
+//! 54 per 512x288 frame; in a time-triggered cell a hand-off that misses the window waits for
+//! the next one, and `tess bench pota` saw the encoder stall for a second or more at its
+//! phase changes.) The alternative, parsing a progress line on standard error, was
 //! rejected: x264 prints its progress only a few times a second and other programs print
 //! different lines or none (docs/broker.md).
 //!
@@ -77,11 +81,15 @@ pub fn run(
     let hb =
         Heartbeat::register(name, target).map_err(|e| anyhow::anyhow!("--heartbeat-pipe: {e}"))?;
     let (reader, mut writer) = std::io::pipe()?;
-    // One page of buffer: the count follows what the program took, not what we could push.
+    // One frame of buffer (the kernel rounds up to a power of two pages; 1 MiB is the default
+    // most an unprivileged process may ask for): the program takes a frame in one read, and
+    // the count runs at most one frame ahead of what it took (module docs).
     {
         use std::os::fd::AsRawFd;
-        // SAFETY: F_SETPIPE_SZ on a pipe we own, with an integer argument; failure is harmless.
-        unsafe { libc::fcntl(writer.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+        let size = frame_bytes.clamp(4096, 1 << 20) as libc::c_int;
+        // SAFETY: F_SETPIPE_SZ on a pipe we own, with an integer argument; failure is harmless
+        // (the pipe keeps its default size).
+        unsafe { libc::fcntl(writer.as_raw_fd(), libc::F_SETPIPE_SZ, size) };
     }
     let mut child = match std::process::Command::new(&command[0])
         .args(&command[1..])
