@@ -53,8 +53,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub console: bool,
     /// Give an unmodified program a heartbeat: pass this command's standard input to the
-    /// program through a pipe and beat once per FRAME_BYTES bytes the program takes (e.g.
-    /// 221184 for 512x288 raw yuv420p frames). See docs/broker.md.
+    /// program through a pipe that holds one frame and beat once per FRAME_BYTES bytes passed
+    /// (e.g. 221184 for 512x288 raw yuv420p frames; the count is at most one frame ahead of
+    /// what the program has read). See docs/broker.md.
     #[arg(long, value_name = "FRAME_BYTES", conflicts_with = "console")]
     pub heartbeat_pipe: Option<u64>,
     /// With --heartbeat-pipe: the heartbeat's name (default: the cell's name).
