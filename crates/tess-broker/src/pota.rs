@@ -523,6 +523,15 @@ mod tests {
         }
     }
 
+    /// Closes the loop for `periods` decision periods: the plant runs at the share in force,
+    /// the controller sees the rate.
+    fn run(pota: &mut Pota, plant: &mut Plant, periods: usize) {
+        for _ in 0..periods {
+            let rate = plant.step(pota.share());
+            pota.step(rate);
+        }
+    }
+
     /// The paper's law as written (one pole, setpoint at the target), wide limits.
     fn cfg() -> PotaConfig {
         PotaConfig {
@@ -622,18 +631,12 @@ mod tests {
             b: 120.0,
             t: 0.0,
         };
-        for _ in 0..40 {
-            let rate = plant.step(pota.share());
-            pota.step(rate);
-        }
+        run(&mut pota, &mut plant, 40);
         assert!((plant.t - 30.0).abs() < 0.3, "light phase: {}", plant.t);
         // share for 30 fps: t = a t + b r -> r = 30 (1 - a) / b.
         assert!((pota.share() - 30.0 * 0.8 / 120.0).abs() < 0.01);
         plant.b = 40.0; // heavy phase: three times the CPU per frame
-        for _ in 0..40 {
-            let rate = plant.step(pota.share());
-            pota.step(rate);
-        }
+        run(&mut pota, &mut plant, 40);
         assert!((plant.t - 30.0).abs() < 0.3, "heavy phase: {}", plant.t);
         assert!((pota.share() - 30.0 * 0.8 / 40.0).abs() < 0.02);
     }
@@ -831,10 +834,7 @@ mod tests {
             b: 120.0,
             t: 0.0,
         };
-        for _ in 0..30 {
-            let rate = plant.step(pota.share());
-            pota.step(rate);
-        }
+        run(&mut pota, &mut plant, 30);
         let before = pota.share();
         assert!((plant.t - pota.setpoint()).abs() < 0.5);
         // Heavy phase: a third of the rate per hart. One period shows it, and the model
@@ -848,10 +848,7 @@ mod tests {
         // The step from there uses the new gain with the raising pole.
         let want = before + 0.7 / 40.0 * (d.setpoint - rate);
         assert!((d.share - want).abs() < 1e-9, "{} vs {want}", d.share);
-        for _ in 0..20 {
-            let rate = plant.step(pota.share());
-            pota.step(rate);
-        }
+        run(&mut pota, &mut plant, 20);
         // The surprise raised the headroom, which decays again: the rate follows the setpoint
         // down, always above the margin.
         assert!(pota.headroom() > 0.1);
