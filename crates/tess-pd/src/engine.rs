@@ -62,7 +62,6 @@ pub struct Engine {
     tick_units: f64,
     config: Config,
     depth: usize,
-    pollers: Vec<usize>,
 }
 
 impl Engine {
@@ -105,7 +104,6 @@ impl Engine {
                 / config.sample_rate as f64,
             config,
             depth: 0,
-            pollers: Vec::new(),
         };
         for id in e.prog.loadbang_order.clone() {
             e.call(id, |o, cx| o.loadbang(cx));
@@ -121,7 +119,6 @@ impl Engine {
             e.prog.objects[id].obj.prepare(&env);
         }
         e.graph = DspGraph::build(&mut e.prog, &order, config.block, || Box::new(Moved));
-        e.pollers = (0..e.graph.nodes.len()).collect();
         Ok(e)
     }
 
@@ -291,8 +288,8 @@ impl Engine {
             lock(b).fill(0.0);
         }
         exec.run_block(&self.graph);
-        for k in 0..self.pollers.len() {
-            let n = self.pollers[k];
+        // In node order, as Pd's clocks set during the block would fire.
+        for n in 0..self.graph.nodes.len() {
             if self.graph.take_fired(n) {
                 let id = self.graph.nodes[n].obj_id;
                 self.act(id, Action::SetClock(0, 0.0));

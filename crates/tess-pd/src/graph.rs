@@ -191,7 +191,9 @@ impl DspGraph {
                 _ => &ins[i],
             }
         };
-        const ON_STACK: usize = 8;
+        // Enough for any object of Pd's set (a `dac~` of the emulator's 10 channels included);
+        // only an object with more signal inlets pays an allocation per block.
+        const ON_STACK: usize = 16;
         if ins.len() <= ON_STACK {
             let mut views: [&[f32]; ON_STACK] = [&[]; ON_STACK];
             for (i, v) in views.iter_mut().enumerate().take(ins.len()) {
