@@ -376,8 +376,9 @@ impl PdObject for Env {
         let n = input.len();
         let mut count = self.phase as usize;
         let mut k = 0usize;
-        // Pd's loop walks the input backwards against the window: square it once in that order.
-        self.squares.resize(n, 0.0);
+        // Pd's loop walks the input backwards against the window: square it once in that order
+        // (into the buffer `prepare` sized for the block).
+        debug_assert_eq!(self.squares.len(), n, "env~ ran before prepare");
         for (s, x) in self.squares.iter_mut().zip(input.iter().rev()) {
             *s = x * x;
         }

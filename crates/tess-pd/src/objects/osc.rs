@@ -276,6 +276,8 @@ fn vcf_block<const FMA: bool>(
         let frac = (with_hi(dphase, normhi) - UNITBIT32) as f32;
         let (f1, f2) = (tab[tabindex as usize], tab[tabindex as usize + 1]);
         let coefr = r * (f1 + frac * (f2 - f1));
+        // The sine: a quarter of the table back, the same fraction. (Written out rather than a
+        // second `lookup` of `dphase - 128`: the same result, but 10% slower on the wide patch.)
         let idx2 = (tabindex.wrapping_sub(COSTABSIZE as u32 / 4)) & MASK;
         let (f1, f2) = (tab[idx2 as usize], tab[idx2 as usize + 1]);
         let coefi = r * (f1 + frac * (f2 - f1));
