@@ -7,6 +7,7 @@
 //! soon as it is registered here), and `tess bench record` writes the benchmark record from
 //! one run set (see [`record`]).
 
+mod convolution;
 mod daemon;
 mod decoders;
 mod graph;
@@ -115,6 +116,10 @@ enum Which {
     /// vs 1 (global queue and work stealing), a deep chain, per-block scheduling overhead, and
     /// real-time voices on one hart against Pd 0.53 itself (`pd -batch`).
     Graph(graph::GraphArgs),
+    /// Partitioned convolution with long-running tasks (issue 15, seed 001 section 3.3): the
+    /// most drop-free instances of a 524,288-sample reverb one hart runs at 32-sample blocks,
+    /// long levels preemptive vs time-distributed, beside zita-convolver.
+    Convolution(convolution::ConvolutionArgs),
     /// What a heartbeat costs the program that beats (issue 14, seed 004 section 5.1): a beat
     /// into shared memory beside a vDSO clock read and the cheapest system call.
     Heartbeat(Common),
@@ -204,6 +209,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Pulse(c) => (c.clone(), pulse::run(&c)?),
         Which::Decoders(a) => (a.common.clone(), decoders::run(&a)?),
         Which::Graph(a) => (a.common.clone(), graph::run(&a)?),
+        Which::Convolution(a) => (a.common.clone(), convolution::run(&a)?),
         Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
         Which::Pacora(c) => (c.clone(), pacora::run(&c)?),
         Which::Pota(a) => (a.common.clone(), pota::run(&a)?),

@@ -1,0 +1,555 @@
+//! `tess bench convolution` (issue 15, seed 001 section 3.3): how many concurrent instances of a
+//! 524,288-sample (11.9 s at 44.1 kHz) convolution reverb one hart runs without a drop, at
+//! 32-sample blocks, with the long levels done preemptively, time-distributed, and by
+//! zita-convolver (Debian's libzita-convolver, driven by `zita/harness.cc`) in the same run.
+//!
+//! A run of `n` instances: one `SCHED_FIFO` audio thread on the hart wakes every 725.6 us
+//! (32 samples), feeds every instance the same block and sums their outputs. A drop is a
+//! callback that ends after the next one should have started, or a long level whose result was
+//! not ready when its samples were due. The most instances is found by doubling then bisecting
+//! with short runs, then confirmed with one full-length run (stepping down until one passes).
+
+use crate::{Convolver, CostModel, Mode, Objective, Plan, Pool, PoolOptions, WhenLate};
+use anyhow::{bail, Context};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tess_bench::{Report, Table};
+use tess_sched::attr::Policy;
+use tess_sched::clock::{now_ns, sleep_until_ns};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ConvBenchOptions {
+    /// Smoke run: short runs, small response.
+    pub quick: bool,
+    /// The hart every thread of a run is pinned to.
+    pub hart: usize,
+    /// `SCHED_FIFO` priority of the audio thread; workers run below it.
+    pub rt_priority: i32,
+    /// Impulse response length in samples.
+    pub ir_len: usize,
+    /// Audio block in samples.
+    pub block: usize,
+    /// Length of the confirming run, seconds.
+    pub seconds: f64,
+    /// Length of each search run, seconds.
+    pub search_seconds: f64,
+    /// Never try more instances than this.
+    pub max_instances: usize,
+}
+
+const RATE: f64 = 44_100.0;
+
+/// What one run of `n` instances saw.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Trial {
+    /// Instances.
+    pub instances: usize,
+    /// Callbacks counted (after a 0.2 s warm-up).
+    pub callbacks: u64,
+    /// Callbacks in which a long level was late.
+    pub late: u64,
+    /// Callbacks whose processing took longer than the period.
+    pub overruns: u64,
+    /// Callbacks that ended after the next one was due only because they woke late.
+    pub late_wakeups: u64,
+    /// Longest callback, microseconds.
+    pub max_us: f64,
+}
+
+impl Trial {
+    fn drop_free(&self) -> bool {
+        self.callbacks > 0 && self.late == 0 && self.overruns == 0
+    }
+}
+
+/// The three ways of running the long levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Preemptive,
+    TimeDistributed,
+    Zita,
+}
+
+impl Variant {
+    fn figure(self) -> &'static str {
+        match self {
+            Variant::Preemptive => "instances_preemptive",
+            Variant::TimeDistributed => "instances_time_distributed",
+            Variant::Zita => "instances_zita",
+        }
+    }
+}
+
+/// Deterministic decaying noise: the shape of a room's response (the content does not change
+/// the cost; the harness makes the same).
+pub fn response(len: usize) -> Vec<f32> {
+    let mut s: u64 = 12345;
+    (0..len)
+        .map(|i| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = ((s >> 40) & 0xFF_FFFF) as f32 / 16_777_216.0 * 2.0 - 1.0;
+            r * (-6.9 * i as f32 / len as f32).exp()
+        })
+        .collect()
+}
+
+/// Runs `n` tess-conv instances in real time for `seconds`.
+fn run_ours(
+    o: &ConvBenchOptions,
+    plan: &Plan,
+    ir: &[f32],
+    preemptive: bool,
+    n: usize,
+    seconds: f64,
+) -> anyhow::Result<Trial> {
+    let (o, plan, ir) = (o.clone(), plan.clone(), ir.to_vec());
+    std::thread::scope(|s| {
+        s.spawn(move || -> anyhow::Result<Trial> {
+            tess_sched::rt::place_current_thread(Some(o.hart), None)?;
+            let pool = if preemptive {
+                Some(Pool::new(PoolOptions {
+                    hart: Some(o.hart),
+                    top_priority: Some(o.rt_priority - 1),
+                    levels: plan.levels.len() - 1,
+                })?)
+            } else {
+                None
+            };
+            let mode = pool
+                .as_ref()
+                .map_or(Mode::TimeDistributed, Mode::Preemptive);
+            let mut convs = (0..n)
+                .map(|_| Convolver::new(&ir, &plan, mode, WhenLate::Drop))
+                .collect::<Result<Vec<_>, _>>()?;
+            tess_sched::rt::place_current_thread(
+                None,
+                Some(Policy::Fifo {
+                    priority: o.rt_priority as u32,
+                }),
+            )?;
+            let t = audio_loop(o.block, seconds, |input, out| {
+                let mut late = false;
+                let mut sink = 0.0;
+                for c in convs.iter_mut() {
+                    late |= c.process(input, out) > 0;
+                    sink += out[0];
+                }
+                std::hint::black_box(sink);
+                late
+            });
+            tess_sched::rt::place_current_thread(None, Some(Policy::Other { nice: 0 }))?;
+            Ok(Trial { instances: n, ..t })
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the audio thread panicked"))?
+    })
+}
+
+/// The periodic loop: `work(input, scratch)` per callback, returning whether a level was late.
+///
+/// A callback whose own processing (wake-up to done) exceeds the period is an overrun: the
+/// load did not fit. A callback that ends late only because the timer woke it late (the
+/// hypervisor here delays an idle vCPU's timer by up to a millisecond now and then, with no
+/// load at all: see the empty run the bench reports) is counted apart as a late wake-up.
+fn audio_loop(
+    block: usize,
+    seconds: f64,
+    mut work: impl FnMut(&[f32], &mut [f32]) -> bool,
+) -> Trial {
+    let period = (block as f64 * 1e9 / RATE) as u64;
+    let warmup = 200_000_000;
+    let mut input = vec![0.0f32; block];
+    let mut out = vec![0.0f32; block];
+    let mut s: u64 = 99;
+    let mut t = Trial::default();
+    let start = now_ns() + 1_000_000;
+    let end = start + warmup + (seconds * 1e9) as u64;
+    let mut next = start;
+    let mut max_ns = 0;
+    while next < end {
+        sleep_until_ns(next);
+        let woke = now_ns();
+        for x in input.iter_mut() {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *x = ((s >> 40) & 0xFF_FFFF) as f32 / 16_777_216.0 - 0.5;
+        }
+        let late = work(&input, &mut out);
+        let done = now_ns();
+        if next >= start + warmup {
+            t.callbacks += 1;
+            t.late += u64::from(late);
+            if done - woke > period {
+                t.overruns += 1;
+            } else if done > next + period {
+                t.late_wakeups += 1;
+            }
+            max_ns = max_ns.max(done - woke);
+        }
+        next += period;
+    }
+    t.max_us = max_ns as f64 / 1e3;
+    t
+}
+
+/// Keeps every CPU out of deep idle states while it lives (`/dev/cpu_dma_latency` = 0), as
+/// real-time audio setups do; on a VM it also spares the hypervisor's halt/wake-up of an idle
+/// vCPU. Applies to every variant alike.
+struct NoDeepIdle(Option<std::fs::File>);
+
+impl NoDeepIdle {
+    fn hold() -> NoDeepIdle {
+        use std::io::Write;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency");
+        NoDeepIdle(
+            f.ok()
+                .and_then(|mut f| f.write_all(&0i32.to_ne_bytes()).ok().map(|_| f)),
+        )
+    }
+}
+
+/// Compiles the zita-convolver harness into `dir` (once per bench run).
+fn build_zita(dir: &Path) -> anyhow::Result<PathBuf> {
+    if !Path::new("/usr/include/zita-convolver.h").exists() {
+        bail!("zita-convolver is not installed (Debian libzita-convolver-dev; scripts/setup installs it)");
+    }
+    let src = dir.join("harness.cc");
+    std::fs::write(&src, include_str!("../zita/harness.cc"))?;
+    let exe = dir.join("zita-harness");
+    let out = Command::new("g++")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lzita-convolver", "-lfftw3f", "-lpthread"])
+        .output()
+        .context("running g++ (Debian g++)")?;
+    if !out.status.success() {
+        bail!(
+            "building the zita harness failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(exe)
+}
+
+fn run_zita(exe: &Path, o: &ConvBenchOptions, n: usize, seconds: f64) -> anyhow::Result<Trial> {
+    let out = Command::new(exe)
+        .args([
+            n.to_string(),
+            seconds.to_string(),
+            o.hart.to_string(),
+            o.rt_priority.to_string(),
+            o.ir_len.to_string(),
+            o.block.to_string(),
+        ])
+        .output()
+        .context("running the zita harness")?;
+    if !out.status.success() {
+        bail!(
+            "zita harness: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "zita harness printed {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    let num = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    Ok(Trial {
+        instances: n,
+        callbacks: num("callbacks") as u64,
+        late: num("late") as u64,
+        overruns: num("overruns") as u64,
+        late_wakeups: num("late_wakeups") as u64,
+        max_us: num("max_us"),
+    })
+}
+
+/// Finds the most drop-free instances: doubling, bisecting with short runs, then one
+/// full-length run that must pass (stepping down by a tenth until one does).
+fn most_instances(
+    o: &ConvBenchOptions,
+    mut trial: impl FnMut(usize, f64) -> anyhow::Result<Trial>,
+) -> anyhow::Result<(usize, Vec<Trial>)> {
+    let mut log = Vec::new();
+    let mut ok = |n: usize, secs: f64, log: &mut Vec<Trial>| -> anyhow::Result<bool> {
+        let t = trial(n, secs)?;
+        log.push(t);
+        Ok(t.drop_free())
+    };
+    let (mut lo, mut hi) = (0, 1);
+    while hi <= o.max_instances && ok(hi, o.search_seconds, &mut log)? {
+        lo = hi;
+        hi *= 2;
+    }
+    let hi = hi.min(o.max_instances + 1);
+    let mut hi = hi;
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if ok(mid, o.search_seconds, &mut log)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    for _ in 0..4 {
+        if lo == 0 || ok(lo, o.seconds, &mut log)? {
+            return Ok((lo, log));
+        }
+        lo -= (lo / 10).max(1);
+    }
+    Ok((0, log))
+}
+
+/// Runs the bench.
+pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
+    let ir = response(o.ir_len);
+    let model = CostModel::measure();
+    let max_size = 65_536;
+    let plan_pre = Plan::optimal(o.block, o.ir_len, max_size, &model, Objective::MeanLoad)?;
+    let plan_td = Plan::optimal(
+        o.block,
+        o.ir_len,
+        max_size,
+        &model,
+        Objective::WorstCallback,
+    )?;
+    tess_sched::lock_memory().context("mlockall")?;
+    let idle = NoDeepIdle::hold();
+    let dir = tempdir()?;
+    // The machine's own noise: callbacks that do nothing, as long as a confirming run.
+    let empty = run_ours(o, &plan_td, &ir, false, 0, o.seconds.min(20.0))?;
+
+    let mut found = Vec::new();
+    for v in [Variant::Preemptive, Variant::TimeDistributed, Variant::Zita] {
+        let result = match v {
+            Variant::Preemptive => {
+                most_instances(o, |n, secs| run_ours(o, &plan_pre, &ir, true, n, secs))
+            }
+            Variant::TimeDistributed => {
+                most_instances(o, |n, secs| run_ours(o, &plan_td, &ir, false, n, secs))
+            }
+            Variant::Zita => build_zita(&dir)
+                .and_then(|exe| most_instances(o, |n, secs| run_zita(&exe, o, n, secs))),
+        };
+        found.push((v, result));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let idle_held = idle.0.is_some();
+    drop(idle);
+
+    let mut r = Report::new("convolution");
+    let mut t = Table::new(
+        format!(
+            "drop-free instances on hart {}: {}-sample response, {}-sample blocks at 44.1 kHz ({:.1} us)",
+            o.hart,
+            o.ir_len,
+            o.block,
+            o.block as f64 * 1e6 / RATE
+        ),
+        &["long levels", "partitions", "instances", "confirming run", "late", "overruns", "late wake-ups", "max callback us"],
+    );
+    t.row(&[
+        "none (empty callbacks)".to_string(),
+        "-".into(),
+        "0".into(),
+        format!("{:.0} s", empty.callbacks as f64 * o.block as f64 / RATE),
+        empty.late.to_string(),
+        empty.overruns.to_string(),
+        empty.late_wakeups.to_string(),
+        format!("{:.0}", empty.max_us),
+    ]);
+    let mut detail = serde_json::Map::new();
+    let count = |v: Variant| -> Option<f64> {
+        found
+            .iter()
+            .find(|(w, _)| *w == v)
+            .and_then(|(_, r)| r.as_ref().ok())
+            .map(|(n, _)| *n as f64)
+    };
+    for (v, res) in &found {
+        let parts = match v {
+            Variant::Preemptive => plan_pre.to_string(),
+            Variant::TimeDistributed => plan_td.to_string(),
+            Variant::Zita => "zita: 64 .. 8192 (its own)".into(),
+        };
+        match res {
+            Ok((n, log)) => {
+                r.figure(v.figure(), *n as f64);
+                let last = log.last().copied().unwrap_or_default();
+                t.row(&[
+                    format!("{v:?}"),
+                    parts,
+                    n.to_string(),
+                    format!(
+                        "{} x {:.0} s",
+                        last.instances,
+                        last.callbacks as f64 * o.block as f64 / RATE
+                    ),
+                    last.late.to_string(),
+                    last.overruns.to_string(),
+                    last.late_wakeups.to_string(),
+                    format!("{:.0}", last.max_us),
+                ]);
+                detail.insert(v.figure().into(), json!(log));
+            }
+            Err(e) => {
+                t.row(&[
+                    format!("{v:?}"),
+                    parts,
+                    "-".into(),
+                    format!("not measured: {e}"),
+                    "".into(),
+                    "".into(),
+                    "".into(),
+                    "".into(),
+                ]);
+                r.note(format!("{}: not measured: {e:#}", v.figure()));
+            }
+        }
+    }
+    r.table(t);
+    if let (Some(p), Some(td)) = (count(Variant::Preemptive), count(Variant::TimeDistributed)) {
+        let ratio = p / td.max(1.0);
+        r.figure("preemptive_vs_time_distributed", ratio);
+        r.target(
+            "instances_preemptive >= 1.5 x instances_time_distributed",
+            p >= 1.5 * td,
+            format!("{p} vs {td}"),
+        );
+    }
+    if let (Some(p), Some(z)) = (count(Variant::Preemptive), count(Variant::Zita)) {
+        r.figure("preemptive_vs_zita", p / z.max(1.0));
+        r.target(
+            "instances_preemptive >= instances_zita",
+            p >= z,
+            format!("{p} vs {z}"),
+        );
+    }
+    r.compare(
+        "instances, preemptive",
+        Some("82 (2011 hardware)"),
+        "instances_preemptive",
+        Some(("instances_zita", "zita-convolver")),
+    );
+    r.compare(
+        "instances, time-distributed",
+        Some("22"),
+        "instances_time_distributed",
+        None,
+    );
+    r.detail("runs", detail);
+    r.detail("empty", empty);
+    r.figure("empty_late_wakeups", empty.late_wakeups as f64);
+    r.detail(
+        "cost_model",
+        json!({"fft_ns_per_nlogn": model.fft_ns_per_nlogn, "mac_ns": model.mac_ns}),
+    );
+    r.note(format!(
+        "one hart ({}) runs everything: the audio thread at SCHED_FIFO {}, the long levels' workers (ours and zita's) below it; \
+         search runs {:.0} s, the confirming run {:.0} s",
+        o.hart, o.rt_priority, o.search_seconds, o.seconds
+    ));
+    r.note(format!(
+        "a drop is a callback whose processing took longer than the period, or a long level not ready when due; \
+         callbacks that ended late only because their timer fired late are counted apart (late wake-ups: the empty run \
+         shows how many the machine makes by itself); deep idle states {} (/dev/cpu_dma_latency = 0) for every variant",
+        if idle_held { "were off" } else { "could not be switched off" }
+    ));
+    r.note(
+        "zita-convolver's smallest partition is 64 samples, so at 32-sample blocks it runs every level on its own threads and \
+         its output comes one block (32 samples) later than the input; tess-conv's level 0 runs in the callback and adds no latency",
+    );
+    Ok(r)
+}
+
+fn tempdir() -> anyhow::Result<PathBuf> {
+    let d = std::env::temp_dir().join(format!("tess-conv-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(max: usize) -> ConvBenchOptions {
+        ConvBenchOptions {
+            quick: true,
+            hart: 0,
+            rt_priority: 80,
+            ir_len: 1024,
+            block: 32,
+            seconds: 60.0,
+            search_seconds: 3.0,
+            max_instances: max,
+        }
+    }
+
+    /// A machine on which `n` instances pass a run of `secs` iff `n <= limit(secs)`.
+    fn machine(limit: impl Fn(f64) -> usize) -> impl FnMut(usize, f64) -> anyhow::Result<Trial> {
+        move |n, secs| {
+            let over = n > limit(secs);
+            Ok(Trial {
+                instances: n,
+                callbacks: 100,
+                overruns: u64::from(over),
+                ..Trial::default()
+            })
+        }
+    }
+
+    #[test]
+    fn the_search_finds_the_largest_passing_count() {
+        for limit in [0, 1, 2, 3, 37, 64, 65, 399, 400] {
+            let (n, log) = most_instances(&options(400), machine(|_| limit)).unwrap();
+            assert_eq!(n, limit, "{log:?}");
+            assert!(log.len() < 25, "{} runs", log.len());
+        }
+        let (n, _) = most_instances(&options(400), machine(|_| 10_000)).unwrap();
+        assert_eq!(n, 400, "capped");
+    }
+
+    #[test]
+    fn a_failed_confirmation_steps_down_until_a_long_run_passes() {
+        // Short runs pass up to 50, long runs only up to 44: 50 fails, 45 fails, 41 passes.
+        let (n, log) = most_instances(
+            &options(400),
+            machine(|secs| if secs > 10.0 { 44 } else { 50 }),
+        )
+        .unwrap();
+        assert_eq!(n, 41);
+        let tail: Vec<usize> = log.iter().rev().take(3).map(|t| t.instances).collect();
+        assert_eq!(tail, [41, 45, 50], "confirming runs, last first");
+    }
+
+    #[test]
+    fn a_trial_with_a_late_level_or_no_callbacks_is_not_drop_free() {
+        let ok = Trial {
+            instances: 1,
+            callbacks: 10,
+            ..Trial::default()
+        };
+        assert!(ok.drop_free());
+        assert!(!Trial { late: 1, ..ok }.drop_free());
+        assert!(!Trial { overruns: 1, ..ok }.drop_free());
+        assert!(!Trial { callbacks: 0, ..ok }.drop_free());
+        assert!(
+            Trial {
+                late_wakeups: 3,
+                ..ok
+            }
+            .drop_free(),
+            "late wake-ups are the host's"
+        );
+    }
+}

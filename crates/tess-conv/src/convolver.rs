@@ -1,0 +1,299 @@
+//! A convolver: one input, one output, one impulse response, processed block by block with no
+//! latency. Level 0 runs inside [`Convolver::process`]; the long levels run as the [`Mode`]
+//! says: all at once (offline), spread over the callbacks of their period, or on a [`Pool`]'s
+//! lower-priority workers.
+
+use crate::level::{LevelJob, Schedule};
+use crate::plan::Plan;
+use crate::pool::{JobCell, Pool};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// How the long levels (all but level 0) run.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode<'p> {
+    /// Each long level's whole step runs in the callback that completes its input block:
+    /// exact and simple, for offline rendering; its callbacks vary wildly in cost.
+    Synchronous,
+    /// Seed 001 section 3.3 approach 2: each step is cut into sub-tasks (forward FFT, ranges of
+    /// partitions, inverse FFT) spread over the callbacks of the level's period. An FFT cannot
+    /// be cut, so the largest FFT bounds how many instances fit a callback.
+    TimeDistributed,
+    /// Seed 001 section 3.3 approach 1: each step runs on the pool's worker for its level, at
+    /// a lower priority than the audio thread, preempted whenever a block arrives. The result
+    /// is due one period later.
+    Preemptive(&'p Pool),
+}
+
+/// What happens when a preemptive step is not done by its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenLate {
+    /// Count it and output the level's part as silence (real time: an audible drop).
+    Drop,
+    /// Wait for the worker (offline rendering and tests: exact output, no deadline).
+    Wait,
+}
+
+/// Why a convolver cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvError {
+    /// The plan's response length differs from the response given.
+    #[error("the plan is for a {plan}-sample response, the response has {ir} samples")]
+    Length {
+        /// The plan's.
+        plan: usize,
+        /// The response's.
+        ir: usize,
+    },
+    /// The pool has fewer workers than the plan has long levels.
+    #[error("the plan has {levels} long levels, the worker pool serves {pool}")]
+    PoolTooSmall {
+        /// Long levels in the plan.
+        levels: usize,
+        /// Workers in the pool.
+        pool: usize,
+    },
+}
+
+/// The audio-side state of a long level.
+struct LongLevel {
+    cell: Arc<JobCell>,
+    /// Output of the step being played, read `block` samples per callback.
+    playing: Vec<f32>,
+    /// Output of the last collected step, played from the next period on.
+    next: Vec<f32>,
+    /// The last step whose result was collected.
+    collected: u64,
+    schedule: Schedule,
+    /// Callbacks per period (`size / block`).
+    slots: usize,
+}
+
+/// A zero-latency non-uniform partitioned convolver.
+pub struct Convolver<'p> {
+    plan: Plan,
+    mode: Mode<'p>,
+    when_late: WhenLate,
+    first: LevelJob,
+    long: Vec<LongLevel>,
+    /// Callbacks so far.
+    callback: u64,
+    late: u64,
+}
+
+impl std::fmt::Debug for Convolver<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Convolver")
+            .field("plan", &self.plan.to_string())
+            .field("callback", &self.callback)
+            .field("late", &self.late)
+            .finish()
+    }
+}
+
+impl<'p> Convolver<'p> {
+    /// Prepares `ir` cut as `plan` says (transforms every partition: allocate here, not in the
+    /// audio callback).
+    pub fn new(
+        ir: &[f32],
+        plan: &Plan,
+        mode: Mode<'p>,
+        when_late: WhenLate,
+    ) -> Result<Convolver<'p>, ConvError> {
+        if plan.ir_len != ir.len() {
+            return Err(ConvError::Length {
+                plan: plan.ir_len,
+                ir: ir.len(),
+            });
+        }
+        if let Mode::Preemptive(pool) = mode {
+            if pool.levels() < plan.levels.len() - 1 {
+                return Err(ConvError::PoolTooSmall {
+                    levels: plan.levels.len() - 1,
+                    pool: pool.levels(),
+                });
+            }
+        }
+        let first = LevelJob::new(plan.levels[0], ir);
+        let long = plan.levels[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                let cell = Arc::new(JobCell::new(LevelJob::new(l, ir)));
+                if let Mode::Preemptive(pool) = mode {
+                    pool.register(i + 1, cell.clone());
+                }
+                let slots = l.size / plan.block;
+                LongLevel {
+                    cell,
+                    playing: vec![0.0; l.size],
+                    next: vec![0.0; l.size],
+                    collected: 0,
+                    schedule: Schedule::new(i + 1, slots, l.partitions),
+                    slots,
+                }
+            })
+            .collect();
+        Ok(Convolver {
+            plan: plan.clone(),
+            mode,
+            when_late,
+            first,
+            long,
+            callback: 0,
+            late: 0,
+        })
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Steps whose result was not ready in time, so far.
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
+    /// Convolves one block: `input` and `output` are `plan().block` samples. Returns how many
+    /// long steps were late in this callback (always 0 unless preemptive with
+    /// [`WhenLate::Drop`]).
+    pub fn process(&mut self, input: &[f32], output: &mut [f32]) -> u32 {
+        let b = self.plan.block;
+        assert_eq!(input.len(), b, "input block");
+        assert_eq!(output.len(), b, "output block");
+        // Level 0: the newest 2 blocks of input, transformed now; its output is this block's.
+        let first = &mut self.first;
+        first.input.copy_within(b.., 0);
+        first.input[b..].copy_from_slice(input);
+        first.run();
+        output.copy_from_slice(&first.out);
+
+        let t = self.callback;
+        let mut late = 0;
+        for (i, lv) in self.long.iter_mut().enumerate() {
+            late += long_level_callback(lv, i + 1, t, b, input, output, self.mode, self.when_late);
+        }
+        self.callback += 1;
+        self.late += u64::from(late);
+        late
+    }
+}
+
+/// One callback of long level `k`.
+///
+/// Timeline, for a level of `slots` callbacks per period: the input of period `p` is complete
+/// in its last callback, which starts step `p + 1` (steps are numbered from 1). The step has
+/// one whole period: the last callback of period `p + 1` collects its result into `next`, and
+/// period `p + 2` plays it, which is where a response segment starting at `2 size` belongs.
+#[allow(clippy::too_many_arguments)]
+fn long_level_callback(
+    lv: &mut LongLevel,
+    k: usize,
+    t: u64,
+    b: usize,
+    input: &[f32],
+    output: &mut [f32],
+    mode: Mode<'_>,
+    when_late: WhenLate,
+) -> u32 {
+    let slots = lv.slots as u64;
+    let slot = (t % slots) as usize;
+    let period = t / slots;
+    let mut late = 0;
+    if slot == 0 {
+        std::mem::swap(&mut lv.playing, &mut lv.next);
+    }
+    lv.cell.halves.write(period, slot * b, input);
+    if let Mode::TimeDistributed = mode {
+        time_distributed_share(lv, slot, period);
+    }
+    if lv.schedule.is_last(slot) {
+        late += collect(lv, mode, when_late);
+        if lv.cell.is_idle() {
+            // SAFETY: idle: the audio thread owns the job until it bumps `posted`.
+            let job = unsafe { lv.cell.job() };
+            job.period = period;
+            let step = lv.cell.posted.load(Ordering::Relaxed) + 1;
+            match mode {
+                Mode::Synchronous => {
+                    job.gather(&lv.cell.halves);
+                    job.run();
+                    lv.cell.done.store(step, Ordering::Relaxed);
+                    lv.cell.posted.store(step, Ordering::Relaxed);
+                }
+                // Owned by this thread throughout; done when its last sub-task has run.
+                Mode::TimeDistributed => lv.cell.posted.store(step, Ordering::Relaxed),
+                Mode::Preemptive(pool) => {
+                    lv.cell.posted.store(step, Ordering::Release);
+                    pool.wake(k);
+                }
+            }
+        }
+    }
+    for (o, p) in output.iter_mut().zip(&lv.playing[slot * b..(slot + 1) * b]) {
+        *o += p;
+    }
+    late
+}
+
+/// Moves the result of the step in flight into `next`; returns 1 if it is not done (its part
+/// of the next period is silence, and no new step starts this period).
+fn collect(lv: &mut LongLevel, mode: Mode<'_>, when_late: WhenLate) -> u32 {
+    let posted = lv.cell.posted.load(Ordering::Relaxed);
+    if posted == lv.collected {
+        lv.next.fill(0.0);
+        return 0;
+    }
+    if mode_is_preemptive(mode) && when_late == WhenLate::Wait {
+        while !lv.cell.is_idle() {
+            std::thread::yield_now();
+        }
+    }
+    if !lv.cell.is_idle() {
+        lv.next.fill(0.0);
+        return 1;
+    }
+    // SAFETY: the job is idle (done == posted): the audio thread owns it.
+    let job = unsafe { lv.cell.job() };
+    std::mem::swap(&mut job.out, &mut lv.next);
+    lv.collected = posted;
+    0
+}
+
+fn mode_is_preemptive(mode: Mode<'_>) -> bool {
+    matches!(mode, Mode::Preemptive(_))
+}
+
+/// This callback's share of a time-distributed step: the step started at the end of the
+/// previous period runs over the `slots` callbacks of this one. The slot numbering of the
+/// [`Schedule`] begins at the callback after the step's input was complete.
+fn time_distributed_share(lv: &mut LongLevel, slot: usize, period: u64) {
+    let posted = lv.cell.posted.load(Ordering::Relaxed);
+    // A step is running in period p if it was posted at the end of period p - 1.
+    if period == 0 || posted != period || lv.cell.done.load(Ordering::Relaxed) == posted {
+        return;
+    }
+    // SAFETY: time-distributed cells are never registered with a pool: this thread owns them.
+    let job = unsafe { lv.cell.job() };
+    if slot == lv.schedule.forward_slot {
+        job.gather(&lv.cell.halves);
+        job.forward();
+    }
+    let (p0, p1) = lv.schedule.partitions_in(slot);
+    job.mac(p0, p1);
+    if lv.schedule.is_last(slot) {
+        job.inverse();
+        lv.cell.done.store(posted, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Convolver<'_> {
+    fn drop(&mut self) {
+        if let Mode::Preemptive(pool) = self.mode {
+            for (i, lv) in self.long.iter().enumerate() {
+                pool.unregister(i + 1, &lv.cell);
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Every mode computes the same convolution as the textbook sum, sample for sample (to float
+//! rounding), for several plans, including responses that end mid-partition.
+
+use tess_conv::{ConvError, Convolver, Mode, Plan, Pool, PoolOptions, WhenLate};
+
+/// A deterministic pseudo-random signal in [-1, 1).
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        })
+        .collect()
+}
+
+fn direct(x: &[f32], h: &[f32]) -> Vec<f64> {
+    (0..x.len())
+        .map(|n| {
+            let lo = n.saturating_sub(h.len() - 1);
+            (lo..=n)
+                .map(|m| f64::from(x[m]) * f64::from(h[n - m]))
+                .sum()
+        })
+        .collect()
+}
+
+fn run(c: &mut Convolver<'_>, x: &[f32]) -> Vec<f32> {
+    let b = c.plan().block;
+    let mut y = vec![0.0; x.len()];
+    for (xi, yi) in x.chunks_exact(b).zip(y.chunks_exact_mut(b)) {
+        c.process(xi, yi);
+    }
+    y
+}
+
+fn assert_close(got: &[f32], want: &[f64], what: &str) {
+    let peak = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (f64::from(*g) - w).abs() <= 2e-5 * peak.max(1.0),
+            "{what}: sample {i}: got {g}, want {w} (peak {peak})"
+        );
+    }
+}
+
+const PLANS: &[(usize, usize, &[usize])] = &[
+    (32, 3001, &[]),
+    (32, 3001, &[64, 256]),
+    (32, 5000, &[128, 1024]),
+    (16, 777, &[32, 64, 128]),
+    (64, 9000, &[512]),
+];
+
+#[test]
+fn synchronous_and_time_distributed_match_the_direct_sum() {
+    for &(block, len, sizes) in PLANS {
+        let h = noise(len, len as u64);
+        let x = noise(block * 600, 7);
+        let want = direct(&x, &h);
+        let plan = Plan::with_sizes(block, len, sizes).unwrap();
+        for mode in [Mode::Synchronous, Mode::TimeDistributed] {
+            let mut c = Convolver::new(&h, &plan, mode, WhenLate::Drop).unwrap();
+            assert_close(&run(&mut c, &x), &want, &format!("{mode:?} {plan}"));
+            assert_eq!(c.late(), 0);
+        }
+    }
+}
+
+#[test]
+fn preemptive_matches_the_direct_sum_when_it_waits_for_its_workers() {
+    let pool = Pool::new(PoolOptions {
+        hart: None,
+        top_priority: None,
+        levels: 3,
+    })
+    .unwrap();
+    for &(block, len, sizes) in PLANS {
+        let h = noise(len, len as u64 + 1);
+        let x = noise(block * 600, 9);
+        let want = direct(&x, &h);
+        let plan = Plan::with_sizes(block, len, sizes).unwrap();
+        // Two instances share the pool's workers, as instances on one hart do.
+        let mut a = Convolver::new(&h, &plan, Mode::Preemptive(&pool), WhenLate::Wait).unwrap();
+        let mut b = Convolver::new(&h, &plan, Mode::Preemptive(&pool), WhenLate::Wait).unwrap();
+        let (ya, yb) = (run(&mut a, &x), run(&mut b, &x));
+        assert_close(&ya, &want, &format!("preemptive {plan}"));
+        assert_eq!(ya, yb);
+        assert_eq!(a.late(), 0);
+    }
+}
+
+#[test]
+fn mismatches_are_errors_not_panics() {
+    let h = noise(1000, 1);
+    let plan = Plan::with_sizes(32, 999, &[]).unwrap();
+    assert!(matches!(
+        Convolver::new(&h, &plan, Mode::Synchronous, WhenLate::Drop),
+        Err(ConvError::Length {
+            plan: 999,
+            ir: 1000
+        })
+    ));
+    let pool = Pool::new(PoolOptions {
+        hart: None,
+        top_priority: None,
+        levels: 1,
+    })
+    .unwrap();
+    let plan = Plan::with_sizes(32, 1000, &[64, 128]).unwrap();
+    let err = Convolver::new(&h, &plan, Mode::Preemptive(&pool), WhenLate::Drop).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the plan has 2 long levels, the worker pool serves 1"
+    );
+}
+
+#[test]
+fn a_pool_that_cannot_get_its_priorities_says_so() {
+    let err = Pool::new(PoolOptions {
+        hart: None,
+        top_priority: Some(2),
+        levels: 3,
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("leaves no room"), "{err}");
+}

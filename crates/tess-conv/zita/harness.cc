@@ -1,0 +1,107 @@
+// The zita-convolver side of `tess bench convolution`: INSTANCES convolvers of one IR_LEN-sample
+// impulse response, each fed the same input, processed every BLOCK samples at 44.1 kHz by a
+// SCHED_FIFO PRIO thread on HART for SECONDS. zita runs its partition levels on its own
+// threads (one per level and instance) at PRIO-1 and below, pinned to the same hart: the same
+// preparation as tess-conv's preemptive mode. Prints one JSON line: callbacks, late (process()
+// reported a level late), overruns (a callback's processing took longer than the period),
+// late_wakeups (it ended after the next was due only because it woke late), max_us.
+//
+// Built by the bench at run time: g++ -O2 harness.cc -lzita-convolver -lfftw3f -lpthread
+#include <zita-convolver.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+static long long now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s INSTANCES SECONDS HART PRIO IR_LEN BLOCK\n", argv[0]);
+        return 2;
+    }
+    int instances = atoi(argv[1]);
+    double seconds = atof(argv[2]);
+    int hart = atoi(argv[3]);
+    int prio = atoi(argv[4]);
+    int ir_len = atoi(argv[5]);
+    int block = atoi(argv[6]);
+
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(hart, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) { perror("sched_setaffinity"); return 1; }
+    if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) perror("mlockall (continuing)");
+
+    // Decaying noise, like the Rust side's response (the content does not change the cost).
+    std::vector<float> ir(ir_len);
+    unsigned long long s = 12345;
+    for (int i = 0; i < ir_len; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        float r = (float)((s >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
+        ir[i] = r * expf(-6.9f * i / ir_len);
+    }
+    std::vector<Convproc *> conv;
+    for (int i = 0; i < instances; i++) {
+        Convproc *c = new Convproc;
+        int rc = c->configure(1, 1, ir_len, block, Convproc::MINPART, Convproc::MAXPART, 0.0f);
+        if (rc) { fprintf(stderr, "configure failed: %d\n", rc); return 1; }
+        rc = c->impdata_create(0, 0, 1, ir.data(), 0, ir_len);
+        if (rc) { fprintf(stderr, "impdata_create failed: %d\n", rc); return 1; }
+        rc = c->start_process(prio - 1, SCHED_FIFO);
+        if (rc) { fprintf(stderr, "start_process failed: %d\n", rc); return 1; }
+        conv.push_back(c);
+    }
+    sched_param sp;
+    sp.sched_priority = prio;
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) { perror("sched_setscheduler"); return 1; }
+
+    const long long period = (long long)block * 1000000000LL / 44100;
+    const long long warmup = 200000000LL; // not counted: page faults, first FFTs
+    std::vector<float> input(block);
+    double sink = 0;
+    long long callbacks = 0, late = 0, overruns = 0, late_wakeups = 0, max_ns = 0;
+    long long start = now_ns() + 1000000, next = start;
+    long long end = start + warmup + (long long)(seconds * 1e9);
+    for (long long t = 0; next < end; t++) {
+        timespec ts = {(time_t)(next / 1000000000LL), (long)(next % 1000000000LL)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+        long long woke = now_ns();
+        for (int j = 0; j < block; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            input[j] = (float)((s >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
+        }
+        int late_now = 0;
+        for (Convproc *c : conv) {
+            memcpy(c->inpdata(0), input.data(), block * sizeof(float));
+            int flags = c->process(false);
+            if (flags & Convproc::FL_LATE) late_now = 1;
+            sink += c->outdata(0)[0];
+        }
+        long long done = now_ns();
+        if (next >= start + warmup) {
+            callbacks++;
+            late += late_now;
+            // the same two counts as the Rust side (see audio_loop in bench.rs)
+            if (done - woke > period) overruns++;
+            else if (done > next + period) late_wakeups++;
+            if (done - woke > max_ns) max_ns = done - woke;
+        }
+        next += period;
+    }
+    sp.sched_priority = 0;
+    sched_setscheduler(0, SCHED_OTHER, &sp);
+    for (Convproc *c : conv) { c->stop_process(); while (!c->check_stop()) usleep(1000); c->cleanup(); delete c; }
+    printf("{\"callbacks\":%lld,\"late\":%lld,\"overruns\":%lld,\"late_wakeups\":%lld,\"max_us\":%.1f,\"sink\":%g}\n",
+           callbacks, late, overruns, late_wakeups, max_ns / 1000.0, sink);
+    return 0;
+}
