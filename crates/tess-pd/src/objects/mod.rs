@@ -6,6 +6,7 @@
 
 pub mod array;
 pub mod control;
+pub mod conv;
 pub mod ctl;
 pub mod delay;
 pub mod filter;
@@ -205,6 +206,9 @@ pub fn create(
     if let Some(o) = array::create(class, args, shared)? {
         return Ok(o);
     }
+    if let Some(o) = conv::create(class, args) {
+        return Ok(o);
+    }
     Err(CreateError::Unknown(class.to_string()))
 }
 
@@ -286,4 +290,5 @@ pub const CLASSES: &[&str] = &[
     "tabread4~",
     "table",
     "array",
+    "tess~conv",
 ];

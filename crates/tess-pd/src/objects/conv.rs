@@ -1,0 +1,90 @@
+//! `tess~conv NAME`: convolves its signal with the impulse response held in array `NAME` (seed
+//! 001 §3.1), with no latency, through the `tess-conv` library: non-uniform partitions chosen
+//! for the least mean load. Not a Pd vanilla class: tess's own, named with the `tess~` prefix.
+//!
+//! The response is read when DSP starts; `set NAME` picks another array from the next start.
+//! Inside tess-pd the long levels run synchronously in the block that completes their input
+//! (exact, and bursty: a block that starts a long level costs more than the others). The
+//! preemptive mode, long levels on lower-priority workers, is the library's
+//! ([`tess_conv::Mode::Preemptive`]) and `tess bench convolution` measures it.
+
+use super::{sarg, Cx, DspEnv, PdObject, Port};
+use crate::atom::{Atom, Msg};
+use tess_conv::{Convolver, CostModel, Mode, Objective, Plan, WhenLate};
+
+/// Largest partition the plan may use.
+const MAX_PARTITION: usize = 65_536;
+
+/// `tess~conv NAME`.
+pub struct TessConv {
+    name: String,
+    conv: Option<Convolver<'static>>,
+    ir_len: usize,
+}
+
+impl std::fmt::Debug for TessConv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TessConv")
+            .field("name", &self.name)
+            .field("ir_len", &self.ir_len)
+            .finish()
+    }
+}
+
+impl PdObject for TessConv {
+    fn ports(&self) -> (Vec<Port>, Vec<Port>) {
+        (vec![Port::Signal], vec![Port::Signal])
+    }
+    fn message(&mut self, inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
+        if (inlet, msg.selector.as_str()) == (0, "set") {
+            self.name = sarg(&msg.args, 0);
+        }
+    }
+    fn is_dsp(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, env: &DspEnv<'_>) {
+        self.conv = None;
+        self.ir_len = 0;
+        let Some(array) = env.shared.array(&self.name) else {
+            return;
+        };
+        let ir = array.read().unwrap_or_else(|e| e.into_inner()).clone();
+        // An empty array, or a block the library cannot take: silence, as a missing array.
+        let Ok(plan) = Plan::optimal(
+            env.block,
+            ir.len(),
+            MAX_PARTITION,
+            &CostModel::default(),
+            Objective::MeanLoad,
+        ) else {
+            return;
+        };
+        self.conv = Convolver::new(&ir, &plan, Mode::Synchronous, WhenLate::Wait).ok();
+        self.ir_len = ir.len();
+    }
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+        match &mut self.conv {
+            Some(c) => {
+                c.process(ins[0], &mut outs[0]);
+            }
+            None => outs[0].fill(0.0),
+        }
+    }
+    fn cost_hint_ns(&self) -> u32 {
+        // about a nanosecond per 256 response samples per block, plus level 0 (see the
+        // library's cost example)
+        500 + (self.ir_len / 256) as u32
+    }
+}
+
+/// Creates `tess~conv`.
+pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
+    (class == "tess~conv").then(|| {
+        Box::new(TessConv {
+            name: sarg(args, 0),
+            conv: None,
+            ir_len: 0,
+        }) as Box<dyn PdObject>
+    })
+}

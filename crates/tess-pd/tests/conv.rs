@@ -1,0 +1,76 @@
+//! `tess~conv`: the left channel is the right channel convolved with the array's response,
+//! sample for sample (to float rounding), serially and on 2 harts.
+
+use std::fmt::Write;
+use tess_pd::engine::Config;
+use tess_pd::sched::{Executor, Strategy};
+
+const CFG: Config = Config {
+    sample_rate: 44100.0,
+    block: 64,
+};
+
+/// A patch: `noise~` into `dac~ 2` directly and through `tess~conv ir` into `dac~ 1`; the
+/// response is a graph array saved in the patch (`#A`).
+fn patch(ir: &[f32]) -> String {
+    let mut p = String::from("#N canvas 0 0 450 300 12;\n");
+    p += "#X obj 10 10 noise~;\n"; // 0
+    p += "#X obj 10 50 tess~conv ir;\n"; // 1
+    p += "#X obj 10 90 dac~ 1 2;\n"; // 2
+    p += "#N canvas 0 0 450 300 (subpatch) 0;\n";
+    writeln!(p, "#X array ir {} float 2;", ir.len()).unwrap();
+    p += "#A 0";
+    for v in ir {
+        write!(p, " {v}").unwrap();
+    }
+    p += ";\n#X coords 0 1 4 -1 200 140 1;\n#X restore 200 20 graph;\n"; // 3
+    p += "#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 0 0 2 1;\n";
+    p
+}
+
+fn check(ir: &[f32], exec: &mut Executor) {
+    let d = tempfile::tempdir().expect("tmp");
+    let path = d.path().join("conv.pd");
+    std::fs::write(&path, patch(ir)).expect("write");
+    let out = tess_pd::render::render(&path, CFG, 0.2, exec).expect("render");
+    let (wet, dry) = (&out[0], &out[1]);
+    for n in 0..wet.len() {
+        let want: f64 = (n.saturating_sub(ir.len() - 1)..=n)
+            .map(|m| f64::from(dry[m]) * f64::from(ir[n - m]))
+            .sum();
+        assert!(
+            (f64::from(wet[n]) - want).abs() < 1e-4,
+            "sample {n}: {} vs {want}",
+            wet[n]
+        );
+    }
+}
+
+fn response(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * (-(i as f32) / 600.0).exp())
+        .collect()
+}
+
+#[test]
+fn tess_conv_convolves_with_the_array_serially() {
+    for len in [1, 63, 64, 1000, 3000] {
+        check(&response(len), &mut Executor::serial());
+    }
+}
+
+#[test]
+fn tess_conv_convolves_with_the_array_on_two_harts() {
+    let mut exec = Executor::new(Strategy::WorkStealing, 2);
+    check(&response(3000), &mut exec);
+}
+
+#[test]
+fn tess_conv_without_its_array_is_silent() {
+    let d = tempfile::tempdir().expect("tmp");
+    let path = d.path().join("conv.pd");
+    let text = "#N canvas 0 0 450 300 12;\n#X obj 10 10 noise~;\n#X obj 10 50 tess~conv nosuch;\n#X obj 10 90 dac~ 1;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n";
+    std::fs::write(&path, text).expect("write");
+    let out = tess_pd::render::render(&path, CFG, 0.05, &mut Executor::serial()).expect("render");
+    assert!(out[0].iter().all(|v| *v == 0.0));
+}
