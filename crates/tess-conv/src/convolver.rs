@@ -28,7 +28,9 @@ pub enum Mode<'p> {
 /// What happens when a preemptive step is not done by its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WhenLate {
-    /// Count it and output the level's part as silence (real time: an audible drop).
+    /// Count it; the level's part is silence until a step is on time again (one or two
+    /// periods), and the input of the skipped period is missing from its tail (real time: an
+    /// audible drop, and no worse).
     Drop,
     /// Wait for the worker (offline rendering and tests: exact output, no deadline).
     Wait,
@@ -45,6 +47,10 @@ pub enum ConvError {
         /// The response's.
         ir: usize,
     },
+    /// A plan whose levels do not follow the layout (built by hand, not by [`Plan`]'s
+    /// constructors).
+    #[error("the plan {0} does not follow the layout of Plan::with_sizes")]
+    Layout(String),
     /// The pool has fewer workers than the plan has long levels.
     #[error("the plan has {levels} long levels, the worker pool serves {pool}")]
     PoolTooSmall {
@@ -105,6 +111,12 @@ impl<'p> Convolver<'p> {
                 plan: plan.ir_len,
                 ir: ir.len(),
             });
+        }
+        let sizes: Vec<usize> = plan.levels.iter().skip(1).map(|l| l.size).collect();
+        if plan.levels.first().map(|l| l.size) != Some(plan.block)
+            || Plan::with_sizes(plan.block, plan.ir_len, &sizes).as_ref() != Ok(plan)
+        {
+            return Err(ConvError::Layout(plan.to_string()));
         }
         if let Mode::Preemptive(pool) = mode {
             if pool.levels() < plan.levels.len() - 1 {
@@ -203,13 +215,14 @@ fn long_level_callback(
     let mut late = 0;
     if slot == 0 {
         std::mem::swap(&mut lv.playing, &mut lv.next);
+        lv.cell.halves.begin_period(period);
     }
     lv.cell.halves.write(period, slot * b, input);
     if let Mode::TimeDistributed = mode {
         time_distributed_share(lv, slot, period);
     }
     if lv.schedule.is_last(slot) {
-        late += collect(lv, mode, when_late);
+        late += collect(lv, period, mode, when_late);
         if lv.cell.is_idle() {
             // SAFETY: idle: the audio thread owns the job until it bumps `posted`.
             let job = unsafe { lv.cell.job() };
@@ -239,24 +252,32 @@ fn long_level_callback(
 
 /// Moves the result of the step in flight into `next`; returns 1 if it is not done (its part
 /// of the next period is silence, and no new step starts this period).
-fn collect(lv: &mut LongLevel, mode: Mode<'_>, when_late: WhenLate) -> u32 {
+///
+/// A step is collected only in the last callback of the period after the one that started it;
+/// a late step that finishes afterwards belongs to a period already played (as silence), so its
+/// result is discarded. One late step thus silences its level for one or two periods, and the
+/// input of the period it skipped is missing from that level's tail (see `LevelJob::forward`).
+fn collect(lv: &mut LongLevel, period: u64, mode: Mode<'_>, when_late: WhenLate) -> u32 {
     let posted = lv.cell.posted.load(Ordering::Relaxed);
+    lv.next.fill(0.0);
     if posted == lv.collected {
-        lv.next.fill(0.0);
         return 0;
     }
     if mode_is_preemptive(mode) && when_late == WhenLate::Wait {
         while !lv.cell.is_idle() {
-            std::thread::yield_now();
+            // Sleep, not yield: a worker below this thread's SCHED_FIFO priority on the same
+            // hart never runs while this thread only yields.
+            std::thread::sleep(std::time::Duration::from_micros(20));
         }
     }
     if !lv.cell.is_idle() {
-        lv.next.fill(0.0);
         return 1;
     }
     // SAFETY: the job is idle (done == posted): the audio thread owns it.
     let job = unsafe { lv.cell.job() };
-    std::mem::swap(&mut job.out, &mut lv.next);
+    if job.period + 1 == period {
+        std::mem::swap(&mut job.out, &mut lv.next);
+    }
     lv.collected = posted;
     0
 }
@@ -294,6 +315,93 @@ impl Drop for Convolver<'_> {
             for (i, lv) in self.long.iter().enumerate() {
                 pool.unregister(i + 1, &lv.cell);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PoolOptions;
+
+    fn signal(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    fn wait_idle(c: &Convolver<'_>) {
+        for lv in &c.long {
+            while !lv.cell.is_idle() {
+                std::thread::sleep(std::time::Duration::from_micros(10));
+            }
+        }
+    }
+
+    /// A worker held back for two periods: one late step is counted; the level is silent for
+    /// the two periods whose results were not ready in time; the input of the period whose step
+    /// never ran is missing from the level's tail, and everything else is exact (the delay line
+    /// stayed aligned and the stale result was not played). The expected output is the direct
+    /// convolution sum with exactly those parts taken out.
+    #[test]
+    fn a_late_step_costs_its_level_two_periods_and_one_input_block_nothing_more() {
+        let ir = signal(2000, 1);
+        let plan = Plan::with_sizes(32, ir.len(), &[128]).unwrap(); // level 1: 4 callbacks a period
+        let (n1, off1) = (plan.levels[1].size, plan.levels[1].offset);
+        let pool = Pool::new(PoolOptions {
+            hart: None,
+            top_priority: None,
+            levels: 1,
+        })
+        .unwrap();
+        let mut c = Convolver::new(&ir, &plan, Mode::Preemptive(&pool), WhenLate::Drop).unwrap();
+        let x = signal(32 * 400, 2);
+        // Held from callback 80 to 88 (inclusive): the step started at the end of level period 20 is not
+        // done by the end of 21 (late), so no step starts for period 21's input.
+        let (stall_from, stall_to) = (80, 88);
+        let mut guard = None;
+        let mut y = vec![0.0f32; x.len()];
+        for (t, (block, out)) in x.chunks_exact(32).zip(y.chunks_exact_mut(32)).enumerate() {
+            if t == stall_from {
+                guard = Some(pool.hold(1));
+            }
+            c.process(block, out);
+            if t == stall_to {
+                // Released once period 22 has begun: the late step reads its window after
+                // the older half started to be refilled.
+                guard = None;
+            }
+            if guard.is_none() {
+                wait_idle(&c);
+            }
+        }
+        assert_eq!(c.late(), 1);
+        // In overlap-save, output period r gets from partition j the spectrum of input window
+        // r - 2 - j. Window 20's step ran after its older half was being refilled (silence
+        // instead), window 21's never ran; periods 22 and 23 had no result in time.
+        let (lost, silent) = ([20u64, 21], [22u64, 23]);
+        for n in 0..x.len() {
+            let period = (n / n1) as u64;
+            let kept = |k: usize| {
+                if k < off1 {
+                    return true;
+                }
+                let window = period as i64 - 2 - ((k - off1) / n1) as i64;
+                !silent.contains(&period) && !lost.iter().any(|&w| w as i64 == window)
+            };
+            let want: f64 = (0..ir.len().min(n + 1))
+                .filter(|&k| kept(k))
+                .map(|k| f64::from(x[n - k]) * f64::from(ir[k]))
+                .sum();
+            assert!(
+                (f64::from(y[n]) - want).abs() < 1e-3,
+                "sample {n} (level period {period}): {} vs {want}",
+                y[n]
+            );
         }
     }
 }

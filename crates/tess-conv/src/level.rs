@@ -10,7 +10,7 @@
 use crate::plan::Level;
 use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A real FFT pair of `2 size` points with its scratch space.
@@ -83,6 +83,12 @@ impl Spectra {
     pub(crate) fn get(&self, slot: usize) -> (&[f32], &[f32]) {
         let r = slot * self.bins..(slot + 1) * self.bins;
         (&self.re[r.clone()], &self.im[r])
+    }
+
+    fn clear(&mut self, slot: usize) {
+        let (re, im) = self.get_mut(slot);
+        re.fill(0.0);
+        im.fill(0.0);
     }
 
     fn get_mut(&mut self, slot: usize) -> (&mut [f32], &mut [f32]) {
@@ -196,10 +202,13 @@ impl Schedule {
 /// reads what the audio thread writes, and the audio thread never copies a whole window.
 ///
 /// The samples are atomics (their bits, stored and loaded relaxed: plain moves) because a step
-/// that overruns its period is still reading a half when the audio thread starts refilling it:
-/// that is a drop, counted and heard, never undefined behaviour.
+/// that overruns its period may still be reading a half when the audio thread starts refilling
+/// it. `writing` (the period being filled, a seqlock-style counter) tells the step afterwards:
+/// a window read after its older half began to be refilled is replaced by silence, so a late
+/// step never feeds the delay line a mix of two periods' input.
 pub(crate) struct InputHalves {
     halves: [Box<[AtomicU32]>; 3],
+    writing: AtomicU64,
 }
 
 impl InputHalves {
@@ -211,7 +220,15 @@ impl InputHalves {
         };
         InputHalves {
             halves: [half(), half(), half()],
+            writing: AtomicU64::new(0),
         }
+    }
+
+    /// The audio thread starts filling `period`'s half (before its first write there).
+    pub(crate) fn begin_period(&self, period: u64) {
+        self.writing.store(period, Ordering::Relaxed);
+        // Orders the store before this period's sample stores (seqlock writer side).
+        fence(Ordering::Release);
     }
 
     /// Stores `block` at `offset` of input period `period`'s half.
@@ -234,6 +251,12 @@ impl InputHalves {
         for (w, x) in window[n..].iter_mut().zip(newer.iter()) {
             *w = f32::from_bits(x.load(Ordering::Relaxed));
         }
+        // Seqlock reader side: if the loads above saw any store of period + 2 (which refills
+        // the older half), this load sees `writing` >= period + 2.
+        fence(Ordering::Acquire);
+        if self.writing.load(Ordering::Relaxed) > period + 1 {
+            window.fill(0.0);
+        }
     }
 }
 
@@ -250,6 +273,8 @@ pub(crate) struct LevelJob {
     pub(crate) input: Vec<f32>,
     /// For a long level: the input period whose end started the step.
     pub(crate) period: u64,
+    /// The period of the last window transformed into the delay line.
+    forwarded: Option<u64>,
     acc: SplitSpectrum,
     time: Vec<f32>,
     /// The step's `size` output samples.
@@ -281,6 +306,7 @@ impl LevelJob {
             head: 0,
             input: vec![0.0; 2 * n],
             period: 0,
+            forwarded: None,
             acc: SplitSpectrum::zeroed(n + 1),
             time,
             out: vec![0.0; n],
@@ -293,8 +319,22 @@ impl LevelJob {
     }
 
     /// Step part 1: transform `input` into the delay line's new head; clears the sum.
+    ///
+    /// For a long level, windows skipped since the last forward (a step that overran its
+    /// period, see [`crate::WhenLate::Drop`]) enter the delay line as silence first, so every
+    /// partition keeps multiplying the spectrum of its own period: the skipped input is missing
+    /// from the tail, never misplaced in it.
     pub(crate) fn forward(&mut self) {
-        self.head = (self.head + 1) % self.level.partitions;
+        let parts = self.level.partitions;
+        if let Some(last) = self.forwarded {
+            let skipped = self.period.saturating_sub(last + 1).min(parts as u64) as usize;
+            for _ in 0..skipped {
+                self.head = (self.head + 1) % parts;
+                self.fdl.clear(self.head);
+            }
+        }
+        self.forwarded = Some(self.period);
+        self.head = (self.head + 1) % parts;
         self.fft
             .forward_into(&mut self.input, &mut self.fdl, self.head);
         self.acc.clear();

@@ -28,8 +28,6 @@ pub(crate) struct JobCell {
 // SAFETY: `job` is only accessed by the side that owns it under the protocol above, and every
 // hand-over is a release store observed with an acquire load.
 unsafe impl Sync for JobCell {}
-// SAFETY: LevelJob is plain data (buffers and FFT plans, which are Send + Sync).
-unsafe impl Send for JobCell {}
 
 impl JobCell {
     pub(crate) fn new(job: LevelJob) -> JobCell {
@@ -177,6 +175,15 @@ impl Pool {
         jobs.retain(|c| !Arc::ptr_eq(c, cell));
     }
 
+    /// Holds the worker of `level` back until the guard drops (it cannot start its next pass).
+    #[cfg(test)]
+    pub(crate) fn hold(&self, level: usize) -> std::sync::MutexGuard<'_, Vec<Arc<JobCell>>> {
+        self.workers[level - 1]
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Wakes the worker of `level` (a futex wake; call once per block, after posting).
     pub(crate) fn wake(&self, level: usize) {
         self.threads[level - 1].thread().unpark();
@@ -184,9 +191,19 @@ impl Pool {
 }
 
 fn work(w: &Worker, stop: &AtomicBool) {
+    // The registered jobs, copied out under the lock so that registering or dropping a
+    // convolver never waits for a pass of this (low-priority) worker.
+    let mut jobs: Vec<Arc<JobCell>> = Vec::new();
     while !stop.load(Ordering::Acquire) {
         std::thread::park();
-        let jobs = w.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.clear();
+        jobs.extend(
+            w.jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
         for cell in jobs.iter() {
             let posted = cell.posted.load(Ordering::Acquire);
             if posted != cell.done.load(Ordering::Relaxed) {

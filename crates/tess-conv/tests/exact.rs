@@ -105,6 +105,12 @@ fn mismatches_are_errors_not_panics() {
             ir: 1000
         })
     ));
+    let mut bent = Plan::with_sizes(32, 1000, &[64]).unwrap();
+    bent.levels[1].offset += 32;
+    assert!(matches!(
+        Convolver::new(&h, &bent, Mode::Synchronous, WhenLate::Drop),
+        Err(ConvError::Layout(_))
+    ));
     let pool = Pool::new(PoolOptions {
         hart: None,
         top_priority: None,

@@ -28,6 +28,10 @@ pub struct ConvolutionArgs {
     /// Never try more instances than this.
     #[arg(long, default_value_t = 400)]
     pub max_instances: usize,
+    /// The variants to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "preemptive,time-distributed,zita",
+          value_parser = ["preemptive", "time-distributed", "zita"])]
+    pub variants: Vec<String>,
 }
 
 /// Runs it.
@@ -43,6 +47,7 @@ pub fn run(a: &ConvolutionArgs) -> anyhow::Result<Report> {
         seconds: if quick { 2.0 } else { a.seconds },
         search_seconds: if quick { 0.5 } else { a.search_seconds },
         max_instances: if quick { 16 } else { a.max_instances },
+        variants: a.variants.clone(),
     };
     tess_conv::bench::run(&o)
 }
