@@ -3,7 +3,7 @@
 // SCHED_FIFO PRIO thread on HART for SECONDS. zita runs its partition levels on its own
 // threads (one per level and instance) at PRIO-1 and below, pinned to the same hart: the same
 // preparation as tess-conv's preemptive mode. Prints one JSON line: callbacks, late (process()
-// reported a level late), overruns (a callback ended after the next was due), late_wakeups
+// reported a level late, plus convolvers zita stopped by itself), overruns (a callback ended after the next was due), late_wakeups
 // (of those, the ones whose timer woke them more than half a period late), max_us.
 //
 // Built by the bench at run time: g++ -O2 harness.cc -lzita-convolver -lfftw3f -lpthread
@@ -105,10 +105,14 @@ int main(int argc, char **argv) {
         prev_done = done;
         next += period;
     }
+    // zita stops a convolver by itself after a run of late cycles (then process() does
+    // nothing and reports nothing): a convolver not processing at the end is a failed run.
+    long long stopped = 0;
+    for (Convproc *c : conv) if (c->state() != Convproc::ST_PROC) stopped++;
     sp.sched_priority = 0;
     sched_setscheduler(0, SCHED_OTHER, &sp);
     for (Convproc *c : conv) { c->stop_process(); while (!c->check_stop()) usleep(1000); c->cleanup(); delete c; }
-    printf("{\"callbacks\":%lld,\"late\":%lld,\"overruns\":%lld,\"late_wakeups\":%lld,\"max_us\":%.1f,\"sink\":%g}\n",
-           callbacks, late, overruns, late_wakeups, max_ns / 1000.0, sink);
+    printf("{\"stopped\":%lld,\"callbacks\":%lld,\"late\":%lld,\"overruns\":%lld,\"late_wakeups\":%lld,\"max_us\":%.1f,\"sink\":%g}\n",
+           stopped, callbacks, late + stopped, overruns, late_wakeups, max_ns / 1000.0, sink);
     return 0;
 }
