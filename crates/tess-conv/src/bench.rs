@@ -21,8 +21,6 @@ use tess_sched::clock::{now_ns, sleep_until_ns};
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct ConvBenchOptions {
-    /// Smoke run: short runs, small response.
-    pub quick: bool,
     /// The hart every thread of a run is pinned to.
     pub hart: usize,
     /// `SCHED_FIFO` priority of the audio thread; workers run below it.
@@ -503,9 +501,9 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
         o.hart, o.rt_priority, o.search_seconds, o.seconds
     ));
     r.note(format!(
-        "a drop is a callback whose processing took longer than the period, or a long level not ready when due; \
-         callbacks that ended late only because their timer fired late are counted apart (late wake-ups: the empty run \
-         shows how many the machine makes by itself); deep idle states {} (/dev/cpu_dma_latency = 0) for every variant",
+        "a drop is a callback that ended after the next was due, or a long level not ready when due; callbacks whose \
+         timer woke them more than half a period late while the thread was idle are counted apart (late wake-ups: the \
+         empty run shows how many the machine makes by itself); deep idle states {} (/dev/cpu_dma_latency = 0) for every variant",
         if idle_held { "were off" } else { "could not be switched off" }
     ));
     r.note(
@@ -527,7 +525,6 @@ mod tests {
 
     fn options(max: usize) -> ConvBenchOptions {
         ConvBenchOptions {
-            quick: true,
             hart: 0,
             rt_priority: 80,
             ir_len: 1024,

@@ -259,8 +259,8 @@ fn long_level_callback(
 /// input of the period it skipped is missing from that level's tail (see `LevelJob::forward`).
 fn collect(lv: &mut LongLevel, period: u64, mode: Mode<'_>, when_late: WhenLate) -> u32 {
     let posted = lv.cell.posted.load(Ordering::Relaxed);
-    lv.next.fill(0.0);
     if posted == lv.collected {
+        lv.next.fill(0.0);
         return 0;
     }
     if mode_is_preemptive(mode) && when_late == WhenLate::Wait {
@@ -271,12 +271,16 @@ fn collect(lv: &mut LongLevel, period: u64, mode: Mode<'_>, when_late: WhenLate)
         }
     }
     if !lv.cell.is_idle() {
+        lv.next.fill(0.0);
         return 1;
     }
     // SAFETY: the job is idle (done == posted): the audio thread owns it.
     let job = unsafe { lv.cell.job() };
+    // The usual case swaps buffers; zeroing `next` is only for a period with no result.
     if job.period + 1 == period {
         std::mem::swap(&mut job.out, &mut lv.next);
+    } else {
+        lv.next.fill(0.0);
     }
     lv.collected = posted;
     0

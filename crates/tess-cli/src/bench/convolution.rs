@@ -39,7 +39,6 @@ pub fn run(a: &ConvolutionArgs) -> anyhow::Result<Report> {
     let last_hart = tess_sched::online_harts()?.iter().last().unwrap_or(0);
     let quick = a.common.quick;
     let o = tess_conv::bench::ConvBenchOptions {
-        quick,
         hart: a.common.hart.unwrap_or(last_hart),
         rt_priority: a.rt_priority,
         ir_len: a.ir_len,
