@@ -287,9 +287,10 @@ impl Engine {
         for b in &self.prog.shared.dac {
             lock(b).fill(0.0);
         }
-        exec.run_block(&self.graph);
+        exec.run_block(&mut self.graph);
         // In node order, as Pd's clocks set during the block would fire.
-        for n in 0..self.graph.nodes.len() {
+        for i in 0..self.graph.reporters().len() {
+            let n = self.graph.reporters()[i];
             if self.graph.take_fired(n) {
                 let id = self.graph.nodes[n].obj_id;
                 self.act(id, Action::SetClock(0, 0.0));

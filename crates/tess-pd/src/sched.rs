@@ -11,13 +11,21 @@
 //! - [`Strategy::GlobalQueue`]: one shared ready queue every hart pops from and pushes to.
 //! - [`Strategy::WorkStealing`]: a local deque per hart; a hart pushes the tasks it makes
 //!   ready onto its own deque (LIFO, cache-warm) and steals from the others when empty
-//!   (Blumofe and Leiserson [4]).
+//!   (Blumofe and Leiserson [4]). The tasks ready at a block's start are dealt out once, by
+//!   cost, to "home" harts: each hart claims its own first, so a task runs on the same hart
+//!   block after block and finds its state in that hart's cache; a hart that runs out claims
+//!   the others' (a late or preempted hart's share is taken over, never waited for).
+//!
+//! Every counter the harts write sits on its own cache line, and each hart counts the tasks it
+//! finished in its own counter: a shared count would move between the harts' caches on every
+//! task.
 //!
 //! The caller's thread is hart 0; `harts - 1` worker threads spin between blocks (a real-time
 //! audio cell owns its harts, so spinning is its business), yielding after a while.
 
 use crate::graph::DspGraph;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::CachePadded;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -67,8 +75,10 @@ struct Cluster {
 ///   A to B would leave A through another successor).
 ///
 /// Pure chains (A's only successor is B and B's only predecessor is A) always merge; other
-/// merges only while the task's cost stays under `total / (4 * harts)`, so a wide graph keeps
-/// enough tasks for every hart; and a predecessor is absorbed only into a task with at most
+/// merges only while the task's cost stays under `total / (2 * harts)`, so a wide graph keeps
+/// two tasks or more for every hart (enough to even out costs the hints got wrong, few enough
+/// that claiming and handing over tasks stays a small part of a block: with four per hart the
+/// 64-voice bench patch ran 4% slower on 2 harts, with one 8%); and a predecessor is absorbed only into a task with at most
 /// two predecessors (a `+~` of a mixing tree, not a 64-input `dac~` that would serialise the
 /// voices behind it).
 fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
@@ -87,7 +97,7 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
         })
         .collect();
     let total: u64 = cl.iter().flatten().map(|c| c.cost).sum();
-    let cap = (total / (4 * harts.max(1) as u64)).max(1);
+    let cap = (total / (2 * harts.max(1) as u64)).max(1);
     let merge = |cl: &mut Vec<Option<Cluster>>, a: usize, b: usize| {
         // b into a
         let bc = cl[b].take().expect("live");
@@ -195,21 +205,103 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
 }
 
 /// State shared by the harts. Queue items are `(block epoch << 32) | task`; the per-task counts
-/// and the done count come in two sets used by alternate blocks, so the calling thread can start
-/// the next block without waiting for the other harts to notice that this one ended: a late
-/// hart only ever finds items of the current block, and uses the set its item names.
+/// come in two sets used by alternate blocks, so the calling thread can start the next block
+/// without waiting for the other harts to notice that this one ended: a late hart only ever
+/// finds items of the current block, and uses the set its item names.
 struct Shared {
-    graph: AtomicPtr<DspGraph>,
-    tasks: AtomicPtr<TaskGraph>,
-    epoch: AtomicU64,
+    graph: CachePadded<AtomicPtr<DspGraph>>,
+    tasks: CachePadded<AtomicPtr<TaskGraph>>,
+    epoch: CachePadded<AtomicU64>,
     stop: AtomicBool,
-    remaining: [Vec<AtomicUsize>; 2],
-    done: [AtomicUsize; 2],
+    remaining: [Vec<CachePadded<AtomicUsize>>; 2],
+    /// Tasks each hart finished since the executor started (block `e` is complete when they
+    /// sum to `e * tasks`).
+    finished: Vec<CachePadded<AtomicU64>>,
+    /// Work stealing: the block-start tasks each hart claims first.
+    home: Vec<Vec<usize>>,
+    /// Work stealing: who last claimed each block-start task, as [`claim_word`].
+    claimed: Vec<CachePadded<AtomicU64>>,
     injector: Injector<u64>,
     stealers: Vec<Stealer<u64>>,
     strategy: Strategy,
     /// Tasks each hart ran (statistics).
-    ran: Vec<AtomicU64>,
+    ran: Vec<CachePadded<AtomicU64>>,
+}
+
+impl Shared {
+    fn block_done(&self, e: u64, nt: usize) -> bool {
+        let sum: u64 = self
+            .finished
+            .iter()
+            .map(|f| f.load(Ordering::Acquire))
+            .sum();
+        sum >= e * nt as u64
+    }
+
+    /// Claims block-start task `t` for block `e` as hart `me`; false if a hart already did,
+    /// for this block or a later one (a hart still finishing block `e` after the next started
+    /// must not take the next block's tasks for its own: epochs only grow).
+    fn claim(&self, t: usize, e: u64, me: usize) -> bool {
+        let c = &self.claimed[t];
+        let prev = c.load(Ordering::Relaxed);
+        prev >> CLAIMER_BITS < e
+            && c.compare_exchange(prev, claim_word(e, me), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Takes one of hart `h`'s block-start tasks for hart `me`, from the end of `h`'s list (`h`
+    /// claims from the front). Tasks `me` took already are passed over; one `h` took means
+    /// they met and nothing is left. So an idle hart reads its own lines and one of `h`'s,
+    /// instead of taking all of them out of `h`'s cache.
+    fn steal_home(&self, h: usize, me: usize, e: u64) -> Option<usize> {
+        for &t in self.home[h].iter().rev() {
+            let c = self.claimed[t].load(Ordering::Relaxed);
+            if c >> CLAIMER_BITS >= e {
+                if c & CLAIMER_MASK == me as u64 {
+                    continue;
+                }
+                return None;
+            }
+            return self.claim(t, e, me).then_some(t);
+        }
+        None
+    }
+}
+
+/// Bits of a claim word that name the claiming hart; the rest is the block epoch.
+const CLAIMER_BITS: u32 = 16;
+const CLAIMER_MASK: u64 = (1 << CLAIMER_BITS) - 1;
+
+/// A claim: block `e`, by hart `me`.
+fn claim_word(e: u64, me: usize) -> u64 {
+    (e << CLAIMER_BITS) | (me as u64 & CLAIMER_MASK)
+}
+
+/// Deals the block-start tasks (no predecessors) out to `harts` home lists: runs of tasks
+/// adjacent in Pd's order (so in memory: nodes, objects and signal buffers are laid out in that
+/// order), cut where the running cost passes each hart's share.
+///
+/// Contiguous rather than round robin because interleaving is slow here: a hart streaming
+/// through its task's buffers makes the hardware prefetcher run ahead into the next task's
+/// lines, and when another hart owns that task, it takes them away from that hart's cache at
+/// every boundary. Measured on the 64-voice patch, alternating 8-voice tasks between two harts
+/// cost about 1 us per task.
+fn deal_home(g: &DspGraph, tg: &TaskGraph, harts: usize) -> Vec<Vec<usize>> {
+    let cost = |t: usize| -> u64 { tg.tasks[t].iter().map(|&k| g.nodes[k].cost_ns as u64).sum() };
+    let mut starts: Vec<usize> = (0..tg.tasks.len()).filter(|&t| tg.npreds[t] == 0).collect();
+    starts.sort_by_key(|&t| tg.tasks[t].first().copied().unwrap_or(0));
+    let total: u64 = starts.iter().map(|&t| cost(t)).sum();
+    let mut home = vec![Vec::new(); harts];
+    let mut done = 0u64;
+    for t in starts {
+        let c = cost(t);
+        // the hart whose share the task's midpoint falls in
+        let mid = done + c / 2;
+        let h = ((mid as u128 * harts as u128) / total.max(1) as u128) as usize;
+        home[h.min(harts - 1)].push(t);
+        done += c;
+    }
+    home
 }
 
 /// Runs blocks of a graph with a strategy on a number of harts.
@@ -243,7 +335,7 @@ impl Executor {
     pub fn new(strategy: Strategy, harts: usize) -> Executor {
         Executor {
             strategy,
-            harts: harts.max(1),
+            harts: harts.clamp(1, CLAIMER_MASK as usize),
             tasks: None,
             shared: None,
             local0: None,
@@ -279,25 +371,42 @@ impl Executor {
         self.tasks.as_ref().map(|t| t.tasks.len()).unwrap_or(0)
     }
 
-    fn start(&mut self, g: &DspGraph) {
+    fn start(&mut self, g: &mut DspGraph) {
         let tg = Box::new(TaskGraph::from_graph(g, self.harts));
+        let mut task_of = vec![0; g.nodes.len()];
+        for (t, nodes) in tg.tasks.iter().enumerate() {
+            for &k in nodes {
+                task_of[k] = t;
+            }
+        }
+        g.plan_partial_sums(&task_of);
+        let g: &DspGraph = g;
         let nt = tg.tasks.len();
         let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
+        let padded = |n: usize| {
+            (0..n)
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect()
+        };
+        let padded64 = |n: usize| {
+            (0..n)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect()
+        };
         let shared = Arc::new(Shared {
-            graph: AtomicPtr::new(std::ptr::null_mut()),
-            tasks: AtomicPtr::new(std::ptr::null_mut()),
-            epoch: AtomicU64::new(0),
+            graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
+            tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
+            epoch: CachePadded::new(AtomicU64::new(0)),
             stop: AtomicBool::new(false),
-            remaining: [
-                (0..nt).map(|_| AtomicUsize::new(0)).collect(),
-                (0..nt).map(|_| AtomicUsize::new(0)).collect(),
-            ],
-            done: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            remaining: [padded(nt), padded(nt)],
+            finished: padded64(self.harts),
+            home: deal_home(g, &tg, self.harts),
+            claimed: padded64(nt),
             injector: Injector::new(),
             stealers,
             strategy: self.strategy,
-            ran: (0..self.harts).map(|_| AtomicU64::new(0)).collect(),
+            ran: padded64(self.harts),
         });
         self.local0 = Some(locals.remove(0));
         let pin = self.pin_first_cpu;
@@ -339,8 +448,10 @@ impl Executor {
         self.shared = Some(shared);
     }
 
-    /// Computes one block of `g`.
-    pub fn run_block(&mut self, g: &DspGraph) {
+    /// Computes one block of `g`. The first block splits the graph into this executor's tasks
+    /// and plans its partial sums for them ([`DspGraph::plan_partial_sums`]): an executor runs
+    /// one graph for its life.
+    pub fn run_block(&mut self, g: &mut DspGraph) {
         if self.strategy == Strategy::Serial {
             for k in 0..g.nodes.len() {
                 // SAFETY: one thread, nodes in Pd's order (a topological order).
@@ -351,28 +462,40 @@ impl Executor {
         if self.shared.is_none() {
             self.start(g);
         }
+        // from here on the harts share the graph
+        let g: &DspGraph = g;
         let sh = self.shared.clone().expect("started");
         let tg: &TaskGraph = self.tasks.as_deref().expect("started");
         let nt = tg.tasks.len();
         let e = sh.epoch.load(Ordering::Relaxed) + 1;
         let p = (e % 2) as usize;
-        for (r, &n) in sh.remaining[p].iter().zip(&tg.npreds) {
+        // (a task without predecessors is never counted down, so its count stays 0)
+        for (r, &n) in sh.remaining[p]
+            .iter()
+            .zip(&tg.npreds)
+            .filter(|(_, &n)| n > 0)
+        {
             r.store(n, Ordering::Relaxed);
         }
-        sh.done[p].store(0, Ordering::Relaxed);
-        sh.graph
-            .store(g as *const DspGraph as *mut DspGraph, Ordering::Relaxed);
-        sh.tasks
-            .store(tg as *const TaskGraph as *mut TaskGraph, Ordering::Relaxed);
+        // Stored only when they change: a store, even of the same value, takes the line from
+        // every other hart's cache, and each would miss on its first task.
+        let (gp, tp) = (
+            g as *const DspGraph as *mut DspGraph,
+            tg as *const TaskGraph as *mut TaskGraph,
+        );
+        if sh.graph.load(Ordering::Relaxed) != gp {
+            sh.graph.store(gp, Ordering::Relaxed);
+        }
+        if sh.tasks.load(Ordering::Relaxed) != tp {
+            sh.tasks.store(tp, Ordering::Relaxed);
+        }
         // publishes the counts and pointers to the harts that wake on it
         sh.epoch.store(e, Ordering::Release);
         let local = self.local0.as_ref().expect("started");
-        for (t, &n) in tg.npreds.iter().enumerate() {
-            if n == 0 {
-                let item = item_of(e, t);
-                match self.strategy {
-                    Strategy::WorkStealing => local.push(item),
-                    _ => sh.injector.push(item),
+        if self.strategy == Strategy::GlobalQueue {
+            for (t, &n) in tg.npreds.iter().enumerate() {
+                if n == 0 {
+                    sh.injector.push(item_of(e, t));
                 }
             }
         }
@@ -434,9 +557,18 @@ fn worker_loop(sh: Arc<Shared>, local: Worker<u64>, me: usize) {
     }
 }
 
-fn find_task(sh: &Shared, local: &Worker<u64>, me: usize) -> Option<u64> {
+fn find_task(sh: &Shared, local: &Worker<u64>, me: usize, e: u64) -> Option<u64> {
     if let Some(t) = local.pop() {
         return Some(t);
+    }
+    if sh.strategy == Strategy::WorkStealing {
+        if let Some(&t) = sh.home[me].iter().find(|&&t| sh.claim(t, e, me)) {
+            return Some(item_of(e, t));
+        }
+        let n = sh.home.len();
+        if let Some(t) = (1..n).find_map(|k| sh.steal_home((me + k) % n, me, e)) {
+            return Some(item_of(e, t));
+        }
     }
     loop {
         match sh.injector.steal_batch_and_pop(local) {
@@ -464,12 +596,13 @@ fn find_task(sh: &Shared, local: &Worker<u64>, me: usize) -> Option<u64> {
 
 /// Runs tasks until all `nt` tasks of block `e` are done (or, for a worker, until a newer block
 /// started: its items are handled all the same, by the epoch they carry).
+///
+/// A hart that has work never looks at the other harts' counters: reading a line another
+/// hart writes costs a transfer between caches (a few hundred ns on the 2-vCPU machine here),
+/// and so does that hart's next write. Only a hart with nothing to run polls for the end.
 fn participate(sh: &Shared, local: &Worker<u64>, me: usize, e: u64, nt: usize) {
-    let p = (e % 2) as usize;
+    let mut backoff = 1u32;
     loop {
-        if sh.done[p].load(Ordering::Acquire) >= nt {
-            return;
-        }
         if me != 0 && sh.epoch.load(Ordering::Acquire) != e {
             return;
         }
@@ -482,20 +615,29 @@ fn participate(sh: &Shared, local: &Worker<u64>, me: usize, e: u64, nt: usize) {
                 }
             }
         } else {
-            find_task(sh, local, me)
+            find_task(sh, local, me, e)
         };
         match item {
             Some(item) => {
-                run_item(sh, local, item);
+                run_item(sh, local, item, me);
                 sh.ran[me].fetch_add(1, Ordering::Relaxed);
+                backoff = 1;
             }
-            None => std::hint::spin_loop(),
+            None if sh.block_done(e, nt) => return,
+            None => {
+                // Each poll takes lines the busy harts write (their deques, counts) out of their
+                // caches; polling less often leaves them to work.
+                for _ in 0..backoff {
+                    std::hint::spin_loop();
+                }
+                backoff = (backoff * 2).min(32);
+            }
         }
     }
 }
 
 /// Runs one task and readies its successors.
-fn run_item(sh: &Shared, local: &Worker<u64>, item: u64) {
+fn run_item(sh: &Shared, local: &Worker<u64>, item: u64, me: usize) {
     let te = item >> 32;
     let t = (item & 0xffff_ffff) as usize;
     let p = (te % 2) as usize;
@@ -523,7 +665,7 @@ fn run_item(sh: &Shared, local: &Worker<u64>, item: u64) {
             }
         }
     }
-    sh.done[p].fetch_add(1, Ordering::AcqRel);
+    sh.finished[me].fetch_add(1, Ordering::AcqRel);
 }
 
 /// A thread's scheduling policy, priority and CPUs, to put back later.
@@ -583,5 +725,64 @@ pub fn set_fifo(priority: i32) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shared state for `harts` harts whose block-start tasks are `home`.
+    fn shared(home: Vec<Vec<usize>>) -> Shared {
+        let nt = home.iter().map(Vec::len).sum();
+        let padded64 = |n: usize| {
+            (0..n)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect()
+        };
+        Shared {
+            graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
+            tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
+            epoch: CachePadded::new(AtomicU64::new(0)),
+            stop: AtomicBool::new(false),
+            remaining: [Vec::new(), Vec::new()],
+            finished: padded64(home.len()),
+            claimed: padded64(nt),
+            ran: padded64(home.len()),
+            home,
+            injector: Injector::new(),
+            stealers: Vec::new(),
+            strategy: Strategy::WorkStealing,
+        }
+    }
+
+    #[test]
+    fn a_late_hart_cannot_claim_the_next_blocks_tasks() {
+        let sh = shared(vec![vec![0, 1], vec![2, 3]]);
+        for (t, owner) in [(0, 0), (1, 0), (2, 1), (3, 1)] {
+            assert!(
+                sh.claim(t, 1, owner),
+                "block 1: every task claimed by its owner"
+            );
+        }
+        assert!(sh.claim(0, 2, 0), "hart 0 claims task 0 for block 2");
+        // hart 1, still in block 1, finds task 0 taken for a later block
+        assert!(!sh.claim(0, 1, 1));
+        assert_eq!(sh.steal_home(0, 1, 1), None);
+        // and a second claim in the same block fails
+        assert!(!sh.claim(0, 2, 1));
+    }
+
+    #[test]
+    fn thieves_take_from_the_end_until_they_meet_the_owner() {
+        let sh = shared(vec![vec![0, 1, 2, 3], vec![]]);
+        let e = 1;
+        assert!(sh.claim(0, e, 0), "the owner starts at the front");
+        assert_eq!(sh.steal_home(0, 1, e), Some(3));
+        assert_eq!(sh.steal_home(0, 1, e), Some(2), "passes over its own claim");
+        assert_eq!(sh.steal_home(0, 1, e), Some(1));
+        assert_eq!(sh.steal_home(0, 1, e), None, "met the owner's claim");
+        // next block: everything is free again
+        assert_eq!(sh.steal_home(0, 1, e + 1), Some(3));
     }
 }

@@ -62,7 +62,7 @@ impl PdObject for Tabread4 {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.array = env.shared.array(&self.name);
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let Some(arr) = &self.array else {
             outs[0].fill(0.0);
             return;
@@ -135,7 +135,7 @@ impl PdObject for Tabosc4 {
             }
         }
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let Some(arr) = &self.array else {
             outs[0].fill(0.0);
             return;

@@ -63,10 +63,10 @@ impl PdObject for TessConv {
         self.conv = Convolver::new(&ir, &plan, Mode::Synchronous, WhenLate::Wait).ok();
         self.ir_len = ir.len();
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         match &mut self.conv {
             Some(c) => {
-                c.process(ins[0], &mut outs[0]);
+                c.process(ins[0], outs[0]);
             }
             None => outs[0].fill(0.0),
         }

@@ -57,7 +57,7 @@ impl PdObject for LineTilde {
         self.one_over_n = (1.0f64 / env.block as f64) as f32;
         self.dsptick_to_ms = env.sample_rate / (1000.0 * env.block as f32);
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         if big_or_small(self.value) {
             self.value = 0.0;
         }
@@ -169,7 +169,7 @@ impl PdObject for VlineTilde {
         self.ms_per_samp = 1000.0 / env.sample_rate as f64;
         self.clock = Some(env.shared.block_time_ms.clone());
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let n = outs[0].len();
         let mut f = self.value;
         let mut inc = self.inc;
@@ -249,7 +249,7 @@ impl PdObject for Snapshot {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
         if let Some(&v) = ins[0].last() {
             self.value = v;
         }
@@ -371,7 +371,7 @@ impl PdObject for Env {
         }
         self.squares.resize(n, 0.0);
     }
-    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
         let input = ins[0];
         let n = input.len();
         let mut count = self.phase as usize;
@@ -407,6 +407,9 @@ impl PdObject for Env {
     }
     fn wants_clock_after_block(&mut self) -> bool {
         std::mem::take(&mut self.ready)
+    }
+    fn reports_after_block(&self) -> bool {
+        true
     }
     fn clock(&mut self, _tag: u32, cx: &mut Cx<'_>) {
         cx.out(0, Msg::float(powtodb(self.result)));

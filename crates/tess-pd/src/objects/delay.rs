@@ -41,7 +41,7 @@ impl PdObject for DelWrite {
         l.vecsize = env.block;
         l.update_sr(env.sample_rate);
     }
-    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
         let mut l = lock(&self.line);
         let nsamps = l.n;
         let end = nsamps + XTRASAMPS;
@@ -117,7 +117,7 @@ impl PdObject for DelRead {
             self.set_delay(self.deltime);
         }
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let Some(line) = &self.line else {
             outs[0].fill(0.0);
             return;
@@ -171,7 +171,7 @@ impl PdObject for Vd {
         let sorted = lock(&env.shared.delwrites_sorted).contains(&self.name);
         self.zerodel = if sorted { 0.0 } else { env.block as f32 };
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let Some(line) = &self.line else {
             outs[0].fill(0.0);
             return;

@@ -47,7 +47,7 @@ impl PdObject for Lop {
         self.sr = env.sample_rate;
         self.set(self.hz);
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let mut last = self.last;
         let coef = self.coef;
         let feedback = 1.0 - coef;
@@ -103,7 +103,7 @@ impl PdObject for Hip {
         self.sr = env.sample_rate;
         self.set(self.hz);
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let coef = self.coef;
         if coef < 1.0 {
             let normal = (0.5f64 * (1.0 + coef as f64)) as f32;
@@ -199,7 +199,7 @@ impl PdObject for Bp {
         self.sr = env.sample_rate;
         self.docoef(self.freq, self.q);
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let (mut last, mut prev) = (self.x1, self.x2);
         for (o, &i) in outs[0].iter_mut().zip(ins[0].iter()) {
             let output = i + self.coef1 * last + self.coef2 * prev;
@@ -273,7 +273,7 @@ impl PdObject for Biquad {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let [fb1, fb2, ff1, ff2, ff3] = self.c;
         let (mut last, mut prev) = (self.x1, self.x2);
         for (o, &i) in outs[0].iter_mut().zip(ins[0].iter()) {
@@ -317,7 +317,7 @@ impl PdObject for RawReal {
     fn signal_scalar(&self, inlet: usize) -> f32 {
         self.scalars[inlet.min(1)]
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let mut last = self.last;
         if self.pole {
             for ((o, &x), &c) in outs[0].iter_mut().zip(ins[0]).zip(ins[1]) {
@@ -369,7 +369,7 @@ impl PdObject for Cpole {
     fn signal_scalar(&self, inlet: usize) -> f32 {
         self.scalars[inlet.min(3)]
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let (mut lastre, mut lastim) = (self.lastre, self.lastim);
         let (ore, oim) = outs.split_at_mut(1);
         for i in 0..ins[0].len() {

@@ -32,7 +32,7 @@ impl PdObject for SendTilde {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         lock(&self.bus).resize(env.block, 0.0);
     }
-    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
         let mut b = lock(&self.bus);
         for (o, &i) in b.iter_mut().zip(ins[0]) {
             *o = if big_or_small(i) { 0.0 } else { i };
@@ -62,7 +62,7 @@ impl PdObject for ReceiveTilde {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.bus = env.shared.sends.get(&self.name).cloned();
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         match &self.bus {
             Some(b) => outs[0].copy_from_slice(&lock(b)),
             None => outs[0].fill(0.0),
@@ -86,7 +86,7 @@ impl PdObject for Catch {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         lock(&self.bus).resize(env.block, 0.0);
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let mut b = lock(&self.bus);
         outs[0].copy_from_slice(&b);
         b.fill(0.0);
@@ -121,7 +121,7 @@ impl PdObject for Throw {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.bus = env.shared.catches.get(&self.name).cloned();
     }
-    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
         if let Some(b) = &self.bus {
             let mut b = lock(b);
             for (o, &i) in b.iter_mut().zip(ins[0]) {
@@ -161,7 +161,7 @@ impl PdObject for Dac {
             .map(|&c| env.shared.dac[c].clone())
             .collect();
     }
-    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
         for (bus, input) in self.buses.iter().zip(ins) {
             let mut b = lock(bus);
             for (o, &i) in b.iter_mut().zip(input.iter()) {
@@ -192,7 +192,7 @@ impl PdObject for Adc {
             .map(|&c| env.shared.adc[c].clone())
             .collect();
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         for (bus, out) in self.buses.iter().zip(outs.iter_mut()) {
             out.copy_from_slice(&lock(bus));
         }
@@ -221,7 +221,7 @@ impl PdObject for SignalPort {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         outs[0].copy_from_slice(ins[0]);
     }
     fn cost_hint_ns(&self) -> u32 {

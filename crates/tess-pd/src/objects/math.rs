@@ -55,7 +55,7 @@ impl PdObject for Binop {
             self.right
         }
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let out = &mut outs[0];
         let a = ins[0];
         if self.scalar_right {
@@ -179,7 +179,7 @@ impl PdObject for Unary {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let it = outs[0].iter_mut().zip(ins[0].iter());
         match self.fun {
             Fun::Wrap => it.for_each(|(o, &f)| {
@@ -232,7 +232,7 @@ impl PdObject for Clip {
     fn signal_scalar(&self, _: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         for (o, &f) in outs[0].iter_mut().zip(ins[0].iter()) {
             let mut f = f;
             if f < self.lo {
@@ -264,7 +264,7 @@ impl PdObject for Sig {
     fn is_dsp(&self) -> bool {
         true
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         outs[0].fill(self.value);
     }
     fn cost_hint_ns(&self) -> u32 {

@@ -122,13 +122,18 @@ pub trait PdObject: Send + std::fmt::Debug {
     /// Computes one block. `ins[k]` is signal inlet k's input (summed; with one source, that
     /// source's own output buffer, read in place), `outs[k]` signal outlet k's buffer; both
     /// are `block` long.
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let _ = (ins, outs);
     }
     /// Right after each `perform`, on the same hart, for objects that report to control (Pd's
     /// `clock_delay(c, 0)` from a perform routine): return true to get [`PdObject::clock`]
     /// tag 0 after the block, in node order.
     fn wants_clock_after_block(&mut self) -> bool {
+        false
+    }
+    /// Whether [`PdObject::wants_clock_after_block`] can ever return true (asked once, when DSP
+    /// starts, so that the engine asks only these objects after each block).
+    fn reports_after_block(&self) -> bool {
         false
     }
     /// Rough cost of one block in nanoseconds, for clustering (see `sched::tasks`).

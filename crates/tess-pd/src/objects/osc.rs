@@ -93,7 +93,7 @@ impl PdObject for Osc {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.conv = COSTABSIZE as f32 / env.sample_rate;
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let tab = cos_table();
         let normhi = hi(UNITBIT32);
         let mut dphase = self.phase + UNITBIT32;
@@ -140,7 +140,7 @@ impl PdObject for Phasor {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.conv = (1.0f64 / env.sample_rate as f64) as f32;
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let normhi = hi(UNITBIT32);
         let mut dphase = self.phase + UNITBIT32;
         let mut tf = dphase;
@@ -176,7 +176,7 @@ impl PdObject for Cos {
     fn signal_scalar(&self, _inlet: usize) -> f32 {
         self.scalar
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let tab = cos_table();
         let normhi = hi(UNITBIT32);
         for (o, &i) in outs[0].iter_mut().zip(ins[0].iter()) {
@@ -205,7 +205,7 @@ impl PdObject for Noise {
     fn is_dsp(&self) -> bool {
         true
     }
-    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let mut val = self.val;
         for o in outs[0].iter_mut() {
             *o = ((val & 0x7fff_ffff) - 0x4000_0000) as f32 * (1.0f64 / 1073741824.0) as f32;
@@ -344,7 +344,7 @@ impl PdObject for Vcf {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.isr = super::PD_TWO_PI_F32 / env.sample_rate;
     }
-    fn perform(&mut self, ins: &[&[f32]], outs: &mut [Vec<f32>]) {
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         let q = self.q;
         let k = VcfCoefs {
             isr: self.isr,
