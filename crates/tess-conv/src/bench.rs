@@ -332,8 +332,19 @@ fn most_instances(
             hi = mid;
         }
     }
+    if lo == 0 {
+        // Not "0 instances": a machine too noisy to measure on, which the report must say.
+        bail!(
+            "not even 1 instance ran a {:.0} s search run drop-free (twice); the empty run's \
+             overruns show whether the machine itself was too noisy",
+            o.search_seconds
+        );
+    }
     for _ in 0..CONFIRMATIONS {
-        if lo == 0 || ok(lo, o.seconds, &mut log)? {
+        if lo == 0 {
+            break;
+        }
+        if ok(lo, o.seconds, &mut log)? {
             return Ok((lo, log));
         }
         lo -= (lo / 10).max(1);
@@ -551,13 +562,26 @@ mod tests {
 
     #[test]
     fn the_search_finds_the_largest_passing_count() {
-        for limit in [0, 1, 2, 3, 37, 64, 65, 399, 400] {
+        for limit in [1, 2, 3, 37, 64, 65, 399, 400] {
             let (n, log) = most_instances(&options(400), machine(|_| limit)).unwrap();
             assert_eq!(n, limit, "{log:?}");
             assert!(log.len() < 25, "{} runs", log.len());
         }
         let (n, _) = most_instances(&options(400), machine(|_| 10_000)).unwrap();
         assert_eq!(n, 400, "capped");
+    }
+
+    #[test]
+    fn a_machine_where_one_instance_drops_is_not_measured_not_zero() {
+        let e = most_instances(&options(400), machine(|_| 0)).unwrap_err();
+        assert!(e.to_string().contains("not even 1 instance"), "{e}");
+        // and a count stepped down to nothing by failed confirmations is no figure either
+        let e = most_instances(
+            &options(400),
+            machine(|secs| if secs > 10.0 { 0 } else { 3 }),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no count was confirmed"), "{e}");
     }
 
     #[test]
