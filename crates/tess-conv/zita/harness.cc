@@ -104,6 +104,9 @@ int main(int argc, char **argv) {
         }
         prev_done = done;
         next += period;
+        // a stall past a whole period: skip the missed periods, as an audio device does
+        // after an xrun (the same rule as `account` in bench.rs)
+        if (done > next + period) next += (done - next) / period * period;
     }
     // zita stops a convolver by itself after a run of late cycles (then process() does
     // nothing and reports nothing): a convolver not processing at the end is a failed run.
