@@ -369,11 +369,15 @@ fn most_instances(
     }
     if lo == 0 {
         // Not "0 instances": a machine too noisy to measure on, which the report must say.
-        bail!(
-            "not even 1 instance ran a {:.0} s search run drop-free (twice); the empty run's \
-             overruns show whether the machine itself was too noisy",
-            o.search_seconds
-        );
+        return Err(NotMeasured {
+            reason: format!(
+                "not even 1 instance ran a {:.0} s search run drop-free (twice); the empty run's \
+                 overruns show whether the machine itself was too noisy",
+                o.search_seconds
+            ),
+            log,
+        }
+        .into());
     }
     for _ in 0..CONFIRMATIONS {
         if lo == 0 {
@@ -384,11 +388,23 @@ fn most_instances(
         }
         lo -= (lo / 10).max(1);
     }
-    bail!(
-        "no count was confirmed by a {:.0} s run in {CONFIRMATIONS} tries (the last tried {})",
-        o.seconds,
-        log.last().map_or(0, |t| t.instances)
-    )
+    Err(NotMeasured {
+        reason: format!(
+            "no count was confirmed by a {:.0} s run in {CONFIRMATIONS} tries (the last tried {})",
+            o.seconds,
+            log.last().map_or(0, |t| t.instances)
+        ),
+        log,
+    }
+    .into())
+}
+
+/// A search that found no figure, with the runs it made (the report keeps them).
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+struct NotMeasured {
+    reason: String,
+    log: Vec<Trial>,
 }
 
 /// Confirming runs tried, each a tenth fewer instances than the last, before giving up.
@@ -490,6 +506,9 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
                 detail.insert(v.figure().into(), json!(log));
             }
             Err(e) => {
+                if let Some(nm) = e.downcast_ref::<NotMeasured>() {
+                    detail.insert(v.figure().into(), json!(nm.log));
+                }
                 t.row(&[
                     format!("{v:?}"),
                     parts,
@@ -618,6 +637,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("no count was confirmed"), "{e}");
+    }
+
+    #[test]
+    fn a_search_without_a_figure_keeps_its_runs() {
+        let e = most_instances(
+            &options(400),
+            machine(|secs| if secs > 10.0 { 0 } else { 50 }),
+        )
+        .unwrap_err();
+        let nm = e.downcast_ref::<NotMeasured>().expect("a NotMeasured");
+        assert!(nm.log.iter().any(|t| t.instances == 50));
+        assert_eq!(
+            nm.log.iter().filter(|t| t.callbacks > 0).count(),
+            nm.log.len()
+        );
     }
 
     #[test]
