@@ -143,8 +143,8 @@ fn median_us(v: &[u64]) -> f64 {
 }
 
 /// The lowest mean block time of three consecutive thirds of the run: measured like Pd's
-/// (best of three runs), so that one host stall (tens of ms, a few times a minute here) in
-/// one third does not count against either side.
+/// (best of three runs), so that one host stall (up to 45 ms in some runs here) in one third
+/// does not count against either side.
 fn best_third_mean_us(v: &[u64]) -> f64 {
     v.chunks(v.len().div_ceil(3).max(1))
         .map(mean_us)

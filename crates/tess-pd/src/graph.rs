@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// One signal object, ready to run.
 #[derive(Debug)]
 pub struct Node {
+    obj: UnsafeCell<Box<dyn PdObject>>,
     /// Per signal inlet: the buffer `perform` reads (the inlet's own, or its one source's).
     reads: Vec<BufId>,
     /// Per signal outlet: its buffer in the arena.
@@ -63,18 +64,10 @@ pub struct Node {
     same_sum_as: Vec<Option<usize>>,
 }
 
-// SAFETY: a node's cells (the memo of its scalar inlets) are only touched by the one worker
-// running it, with the happens-before edges described in the module docs.
+// SAFETY: a node's cells (its object, the memo of its scalar inlets) are only touched by the
+// one worker running it, with the happens-before edges described in the module docs (or through
+// `&mut DspGraph` between blocks); the object itself is `Send`.
 unsafe impl Sync for Node {}
-
-/// A node's object.
-#[derive(Debug)]
-struct ObjCell(UnsafeCell<Box<dyn PdObject>>);
-
-// SAFETY: an object is only touched by the one worker running its node, with the
-// happens-before edges described in the module docs (or through `&mut DspGraph` between
-// blocks); the object itself is `Send`.
-unsafe impl Sync for ObjCell {}
 
 /// What running a node needs first, 12 bytes in node order: reading these for every node of
 /// a block touches a few cache lines in sequence, where the nodes' own vectors would each be a
@@ -175,6 +168,13 @@ impl SignalArena {
     }
 }
 
+/// `dst += src`, sample by sample.
+fn add_into(dst: &mut [f32], src: &[f32]) {
+    for (d, x) in dst.iter_mut().zip(src) {
+        *d += *x;
+    }
+}
+
 /// The graph.
 #[derive(Debug, Default)]
 pub struct DspGraph {
@@ -191,8 +191,6 @@ pub struct DspGraph {
     reporters: Vec<usize>,
     /// Per node, what running it needs first.
     plans: Vec<RunPlan>,
-    /// Per node, its object (apart from the nodes, for the same reason as `plans`).
-    objs: Vec<ObjCell>,
     /// Buffers (first sample index) of every node's inlets then outlets, in node order.
     io: Vec<u32>,
     arena: SignalArena,
@@ -213,14 +211,14 @@ impl DspGraph {
         for (k, &id) in order.iter().enumerate() {
             node_of[id] = Some(k);
         }
-        let (mut nodes, objs): (Vec<Node>, Vec<ObjCell>) = order
+        let mut nodes: Vec<Node> = order
             .iter()
             .map(|&id| {
                 let e = &mut program.objects[id];
                 let n_in = e.ins.iter().filter(|p| **p == Port::Signal).count();
                 let n_out = e.outs.iter().filter(|p| **p == Port::Signal).count();
                 let obj = std::mem::replace(&mut e.obj, placeholder());
-                let reports = obj.reports_after_block();
+                let (reports, cost_ns) = (obj.reports_after_block(), obj.cost_hint_ns());
                 let signal_inlet_ports = e
                     .ins
                     .iter()
@@ -228,13 +226,14 @@ impl DspGraph {
                     .filter(|(_, p)| **p == Port::Signal)
                     .map(|(i, _)| i)
                     .collect();
-                let node = Node {
+                Node {
+                    obj: UnsafeCell::new(obj),
                     obj_id: id,
                     signal_inlet_ports,
                     sources: vec![Vec::new(); n_in],
                     preds: Vec::new(),
                     succs: Vec::new(),
-                    cost_ns: obj.cost_hint_ns(),
+                    cost_ns,
                     ins: vec![None; n_in],
                     reads: Vec::new(),
                     sums: Vec::new(),
@@ -243,10 +242,9 @@ impl DspGraph {
                     reports,
                     same_sum_as: vec![None; n_in],
                     outs: vec![BufId(0); n_out],
-                };
-                (node, ObjCell(UnsafeCell::new(obj)))
+                }
             })
-            .unzip();
+            .collect();
         let sig_index =
             |ports: &[Port], i: usize| ports[..i].iter().filter(|p| **p == Port::Signal).count();
         let mut edges = Vec::new();
@@ -353,7 +351,6 @@ impl DspGraph {
             fired,
             reporters,
             plans: Vec::new(),
-            objs,
             io: Vec::new(),
             arena,
             base_len: next,
@@ -487,7 +484,7 @@ impl DspGraph {
 
     /// The object of a node, for control messages between blocks.
     pub fn obj_mut(&mut self, node: usize) -> &mut Box<dyn PdObject> {
-        self.objs[node].0.get_mut()
+        self.nodes[node].obj.get_mut()
     }
 
     /// Runs node `k`: gathers its inputs and calls its perform routine.
@@ -500,7 +497,7 @@ impl DspGraph {
         let plan = self.plans[k];
         let node = &self.nodes[k];
         // SAFETY: the caller guarantees exclusive access to node k's object.
-        let obj = unsafe { &mut *self.objs[k].0.get() };
+        let obj = unsafe { &mut *node.obj.get() };
         let arena = &self.arena;
         // An inlet with one source reads that source's buffer in place, as Pd does; only a
         // scalar (unconnected) inlet or a sum of several sources is written into the node's own
@@ -525,9 +522,7 @@ impl DspGraph {
                 buf.copy_from_slice(first);
                 for &src in &from[1..] {
                     // SAFETY: as above.
-                    for (b, x) in buf.iter_mut().zip(unsafe { arena.get(src) }) {
-                        *b += *x;
-                    }
+                    add_into(buf, unsafe { arena.get(src) });
                 }
             }
         }
@@ -563,9 +558,7 @@ impl DspGraph {
                 if first {
                     p.copy_from_slice(o);
                 } else {
-                    for (a, x) in p.iter_mut().zip(o) {
-                        *a += *x;
-                    }
+                    add_into(p, o);
                 }
             }
         }

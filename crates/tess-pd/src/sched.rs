@@ -78,8 +78,8 @@ struct Cluster {
 /// merges only while the task's cost stays under `total / (2 * harts)`, so a wide graph keeps
 /// two tasks or more for every hart (enough to even out costs the hints got wrong, few enough
 /// that claiming and handing over tasks stays a small part of a block: with four per hart the
-/// 64-voice bench patch ran 4% slower on 2 harts, with one 8%); and a predecessor is absorbed only into a task with at most
-/// two predecessors (a `+~` of a mixing tree, not a 64-input `dac~` that would serialise the
+/// 64-voice bench patch ran 4% slower on 2 harts, with one 8%); and a predecessor is absorbed
+/// only into a task with at most two predecessors (a `+~` of a mixing tree, not a 64-input `dac~` that would serialise the
 /// voices behind it).
 fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
     let n = g.nodes.len();
@@ -228,7 +228,36 @@ struct Shared {
     ran: Vec<CachePadded<AtomicU64>>,
 }
 
+/// `n` zeroed values, each on its own cache line.
+fn padded<T: Default>(n: usize) -> Vec<CachePadded<T>> {
+    (0..n).map(|_| CachePadded::new(T::default())).collect()
+}
+
 impl Shared {
+    /// State for `nt` tasks on one hart per `home` list.
+    fn new(
+        strategy: Strategy,
+        nt: usize,
+        home: Vec<Vec<usize>>,
+        stealers: Vec<Stealer<u64>>,
+    ) -> Shared {
+        let harts = home.len();
+        Shared {
+            graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
+            tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
+            epoch: CachePadded::default(),
+            stop: AtomicBool::new(false),
+            remaining: [padded(nt), padded(nt)],
+            finished: padded(harts),
+            home,
+            claimed: padded(nt),
+            injector: Injector::new(),
+            stealers,
+            strategy,
+            ran: padded(harts),
+        }
+    }
+
     fn block_done(&self, e: u64, nt: usize) -> bool {
         let sum: u64 = self
             .finished
@@ -384,30 +413,8 @@ impl Executor {
         let nt = tg.tasks.len();
         let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
-        let padded = |n: usize| {
-            (0..n)
-                .map(|_| CachePadded::new(AtomicUsize::new(0)))
-                .collect()
-        };
-        let padded64 = |n: usize| {
-            (0..n)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect()
-        };
-        let shared = Arc::new(Shared {
-            graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
-            tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
-            epoch: CachePadded::new(AtomicU64::new(0)),
-            stop: AtomicBool::new(false),
-            remaining: [padded(nt), padded(nt)],
-            finished: padded64(self.harts),
-            home: deal_home(g, &tg, self.harts),
-            claimed: padded64(nt),
-            injector: Injector::new(),
-            stealers,
-            strategy: self.strategy,
-            ran: padded64(self.harts),
-        });
+        let home = deal_home(g, &tg, self.harts);
+        let shared = Arc::new(Shared::new(self.strategy, nt, home, stealers));
         self.local0 = Some(locals.remove(0));
         let pin = self.pin_first_cpu;
         // A new thread inherits its creator's policy and CPUs: a creator spinning SCHED_FIFO on
@@ -732,28 +739,10 @@ pub fn set_fifo(priority: i32) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    /// Shared state for `harts` harts whose block-start tasks are `home`.
+    /// Shared state for harts whose block-start tasks are `home`.
     fn shared(home: Vec<Vec<usize>>) -> Shared {
         let nt = home.iter().map(Vec::len).sum();
-        let padded64 = |n: usize| {
-            (0..n)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect()
-        };
-        Shared {
-            graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
-            tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
-            epoch: CachePadded::new(AtomicU64::new(0)),
-            stop: AtomicBool::new(false),
-            remaining: [Vec::new(), Vec::new()],
-            finished: padded64(home.len()),
-            claimed: padded64(nt),
-            ran: padded64(home.len()),
-            home,
-            injector: Injector::new(),
-            stealers: Vec::new(),
-            strategy: Strategy::WorkStealing,
-        }
+        Shared::new(Strategy::WorkStealing, nt, home, Vec::new())
     }
 
     #[test]
