@@ -110,6 +110,9 @@ impl Engine {
         }
         // DSP starts: objects learn the rate and block size in Pd's sort order.
         lock(&e.prog.shared.delwrites_sorted).clear();
+        for w in &e.prog.shared.dac_writers {
+            w.store(0, Ordering::Relaxed);
+        }
         for &id in &order {
             let env = DspEnv {
                 sample_rate: config.sample_rate,
@@ -284,8 +287,12 @@ impl Engine {
             .shared
             .block_time_ms
             .store(self.now_ms().to_bits(), Ordering::Relaxed);
-        for b in &self.prog.shared.dac {
-            lock(b).fill(0.0);
+        let shared = &self.prog.shared;
+        for (b, writers) in shared.dac.iter().zip(&shared.dac_writers) {
+            // a channel's only writer overwrites it
+            if writers.load(Ordering::Relaxed) != 1 {
+                lock(b).fill(0.0);
+            }
         }
         exec.run_block(&mut self.graph);
         // In node order, as Pd's clocks set during the block would fire.

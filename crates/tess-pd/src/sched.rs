@@ -6,8 +6,9 @@
 //! valid"). [`cluster`] merges by cost with two rules that never create a cycle, so a voice
 //! `osc~ -> vcf~ -> env~` becomes one task while 64 voices stay 64 tasks.
 //!
-//! **Scheduling.** Per block, each task's count of unfinished predecessors is reset; tasks at
-//! zero are ready. Two dynamic strategies (section 2.2, [6] in the paper):
+//! **Scheduling.** Per block, the tasks without predecessors are ready; a task becomes ready
+//! when its predecessors have finished (a join's count of them is reset each block). Two
+//! dynamic strategies (section 2.2, [6] in the paper):
 //! - [`Strategy::GlobalQueue`]: one shared ready queue every hart pops from and pushes to.
 //! - [`Strategy::WorkStealing`]: a local deque per hart; a hart pushes the tasks it makes
 //!   ready onto its own deque (LIFO, cache-warm) and steals from the others when empty
@@ -16,9 +17,13 @@
 //!   block after block and finds its state in that hart's cache; a hart that runs out claims
 //!   the others' (a late or preempted hart's share is taken over, never waited for).
 //!
-//! Every counter the harts write sits on its own cache line, and each hart counts the tasks it
-//! finished in its own counter: a shared count would move between the harts' caches on every
-//! task.
+//! **Hand-overs.** Every line one hart writes and another reads costs a transfer between caches
+//! (a few hundred ns on the 2-vCPU machine here), so the harts share as few as they can: every
+//! counter sits on its own cache line; a task with one predecessor runs on the hart that
+//! finished that one, with no count and no queue; a join (several predecessors, a mixer) is
+//! counted down once per hart and block, not once per task ([`run_item`]); a hart reports only
+//! the sink tasks it finished, in a count of its own; and an idle hart reads the others'
+//! queues less and less often, and a home list it found empty not again in that block.
 //!
 //! The caller's thread is hart 0; `harts - 1` worker threads spin between blocks (a real-time
 //! audio cell owns its harts, so spinning is its business), yielding after a while.
@@ -214,9 +219,13 @@ struct Shared {
     epoch: CachePadded<AtomicU64>,
     stop: AtomicBool,
     remaining: [Vec<CachePadded<AtomicUsize>>; 2],
-    /// Tasks each hart finished since the executor started (block `e` is complete when they
-    /// sum to `e * tasks`).
-    finished: Vec<CachePadded<AtomicU64>>,
+    /// Per hart, the sink tasks (no successors) it finished since the executor started, written
+    /// by that hart alone. Block `e` is complete when they sum to `e * sinks`, since every task
+    /// is a sink or runs before one. Only idle harts read them, and a count changes once per
+    /// sink and block, so polling takes nothing from the busy harts' caches.
+    sinks_done: Vec<CachePadded<AtomicU64>>,
+    /// Number of sink tasks.
+    sinks: u64,
     /// Work stealing: the block-start tasks each hart claims first.
     home: Vec<Vec<usize>>,
     /// Work stealing: who last claimed each block-start task, as [`claim_word`].
@@ -234,21 +243,22 @@ fn padded<T: Default>(n: usize) -> Vec<CachePadded<T>> {
 }
 
 impl Shared {
-    /// State for `nt` tasks on one hart per `home` list.
+    /// State for the tasks of `tg` on one hart per `home` list.
     fn new(
         strategy: Strategy,
-        nt: usize,
+        tg: &TaskGraph,
         home: Vec<Vec<usize>>,
         stealers: Vec<Stealer<u64>>,
     ) -> Shared {
-        let harts = home.len();
+        let (nt, harts) = (tg.tasks.len(), home.len());
         Shared {
             graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
             tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
             epoch: CachePadded::default(),
             stop: AtomicBool::new(false),
             remaining: [padded(nt), padded(nt)],
-            finished: padded(harts),
+            sinks_done: padded(harts),
+            sinks: tg.succs.iter().filter(|s| s.is_empty()).count() as u64,
             home,
             claimed: padded(nt),
             injector: Injector::new(),
@@ -258,13 +268,13 @@ impl Shared {
         }
     }
 
-    fn block_done(&self, e: u64, nt: usize) -> bool {
-        let sum: u64 = self
-            .finished
+    fn block_done(&self, e: u64) -> bool {
+        let done: u64 = self
+            .sinks_done
             .iter()
-            .map(|f| f.load(Ordering::Acquire))
+            .map(|d| d.load(Ordering::Acquire))
             .sum();
-        sum >= e * nt as u64
+        done >= e * self.sinks
     }
 
     /// Claims block-start task `t` for block `e` as hart `me`; false if a hart already did,
@@ -339,7 +349,7 @@ pub struct Executor {
     harts: usize,
     tasks: Option<Box<TaskGraph>>,
     shared: Option<Arc<Shared>>,
-    local0: Option<Worker<u64>>,
+    hart0: Option<Hart>,
     rt_priority: Option<i32>,
     threads: Vec<std::thread::JoinHandle<()>>,
     pin_first_cpu: Option<usize>,
@@ -367,7 +377,7 @@ impl Executor {
             harts: harts.clamp(1, CLAIMER_MASK as usize),
             tasks: None,
             shared: None,
-            local0: None,
+            hart0: None,
             threads: Vec::new(),
             pin_first_cpu: None,
             rt_priority: None,
@@ -410,12 +420,11 @@ impl Executor {
         }
         g.plan_partial_sums(&task_of);
         let g: &DspGraph = g;
-        let nt = tg.tasks.len();
         let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
         let home = deal_home(g, &tg, self.harts);
-        let shared = Arc::new(Shared::new(self.strategy, nt, home, stealers));
-        self.local0 = Some(locals.remove(0));
+        let shared = Arc::new(Shared::new(self.strategy, &tg, home, stealers));
+        self.hart0 = Some(Hart::new(0, locals.remove(0)));
         let pin = self.pin_first_cpu;
         // A new thread inherits its creator's policy and CPUs: a creator spinning SCHED_FIFO on
         // its one CPU would keep the new thread from ever running (to pin itself elsewhere).
@@ -439,7 +448,7 @@ impl Executor {
                             let _ = set_fifo(p);
                         }
                         ready.fetch_add(1, Ordering::Release);
-                        worker_loop(sh, local, i + 1)
+                        worker_loop(sh, Hart::new(i + 1, local))
                     })
                     .expect("spawning a DSP worker thread"),
             );
@@ -473,14 +482,14 @@ impl Executor {
         let g: &DspGraph = g;
         let sh = self.shared.clone().expect("started");
         let tg: &TaskGraph = self.tasks.as_deref().expect("started");
-        let nt = tg.tasks.len();
         let e = sh.epoch.load(Ordering::Relaxed) + 1;
         let p = (e % 2) as usize;
-        // (a task without predecessors is never counted down, so its count stays 0)
+        // Only joins are counted down: a task with one predecessor is ready when that one is
+        // done, and one without is ready at the start.
         for (r, &n) in sh.remaining[p]
             .iter()
             .zip(&tg.npreds)
-            .filter(|(_, &n)| n > 0)
+            .filter(|(_, &n)| n > 1)
         {
             r.store(n, Ordering::Relaxed);
         }
@@ -498,7 +507,7 @@ impl Executor {
         }
         // publishes the counts and pointers to the harts that wake on it
         sh.epoch.store(e, Ordering::Release);
-        let local = self.local0.as_ref().expect("started");
+        let hart0 = self.hart0.as_mut().expect("started");
         if self.strategy == Strategy::GlobalQueue {
             for (t, &n) in tg.npreds.iter().enumerate() {
                 if n == 0 {
@@ -506,7 +515,7 @@ impl Executor {
                 }
             }
         }
-        participate(&sh, local, 0, e, nt);
+        participate(&sh, hart0, e);
     }
 }
 
@@ -539,7 +548,7 @@ pub fn pin_to(cpu: usize) {
     }
 }
 
-fn worker_loop(sh: Arc<Shared>, local: Worker<u64>, me: usize) {
+fn worker_loop(sh: Arc<Shared>, mut hart: Hart) {
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
@@ -559,24 +568,59 @@ fn worker_loop(sh: Arc<Shared>, local: Worker<u64>, me: usize) {
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
-        let nt = sh.remaining[0].len();
-        participate(&sh, &local, me, e, nt);
+        participate(&sh, &mut hart, e);
     }
 }
 
-fn find_task(sh: &Shared, local: &Worker<u64>, me: usize, e: u64) -> Option<u64> {
-    if let Some(t) = local.pop() {
-        return Some(t);
+/// Home lists found empty in the current block, by hart (bit `h`): claims only accumulate
+/// within a block, so a list once found claimed to the end stays so, and is not read again
+/// (each read takes a line its owner writes out of the owner's cache).
+#[derive(Default)]
+struct DryHomes(u64);
+
+impl DryHomes {
+    fn is_dry(&self, h: usize) -> bool {
+        h < 64 && self.0 & (1 << h) != 0
+    }
+    fn mark(&mut self, h: usize) {
+        if h < 64 {
+            self.0 |= 1 << h;
+        }
+    }
+}
+
+fn find_task(sh: &Shared, hart: &mut Hart, e: u64, dry: &mut DryHomes) -> Option<u64> {
+    let me = hart.me;
+    // `pop` writes the deque's end (and fences) even when it finds nothing: a write to a line
+    // the idle harts read when they look for work, which would make this hart wait for the
+    // line to come back from their caches. Looking first only reads.
+    if !hart.local.is_empty() {
+        if let Some(t) = hart.local.pop() {
+            return Some(t);
+        }
     }
     if sh.strategy == Strategy::WorkStealing {
-        if let Some(&t) = sh.home[me].iter().find(|&&t| sh.claim(t, e, me)) {
-            return Some(item_of(e, t));
+        if !dry.is_dry(me) {
+            if let Some(&t) = sh.home[me].iter().find(|&&t| sh.claim(t, e, me)) {
+                return Some(item_of(e, t));
+            }
+            dry.mark(me);
+        }
+        if let Some(t) = hart.settle(sh) {
+            return Some(t);
         }
         let n = sh.home.len();
-        if let Some(t) = (1..n).find_map(|k| sh.steal_home((me + k) % n, me, e)) {
-            return Some(item_of(e, t));
+        for h in (1..n).map(|k| (me + k) % n) {
+            if dry.is_dry(h) {
+                continue;
+            }
+            match sh.steal_home(h, me, e) {
+                Some(t) => return Some(item_of(e, t)),
+                None => dry.mark(h),
+            }
         }
     }
+    let local = &hart.local;
     loop {
         match sh.injector.steal_batch_and_pop(local) {
             Steal::Success(t) => return Some(t),
@@ -601,53 +645,125 @@ fn find_task(sh: &Shared, local: &Worker<u64>, me: usize, e: u64) -> Option<u64>
     }
 }
 
-/// Runs tasks until all `nt` tasks of block `e` are done (or, for a worker, until a newer block
-/// started: its items are handled all the same, by the epoch they carry).
+/// Runs tasks until block `e` is done (or, for a worker, until a newer block started: its
+/// items are handled all the same, by the epoch they carry).
 ///
-/// A hart that has work never looks at the other harts' counters: reading a line another
-/// hart writes costs a transfer between caches (a few hundred ns on the 2-vCPU machine here),
-/// and so does that hart's next write. Only a hart with nothing to run polls for the end.
-fn participate(sh: &Shared, local: &Worker<u64>, me: usize, e: u64, nt: usize) {
+/// A hart that has work never looks at the other harts' lines: reading a line another hart
+/// writes costs a transfer between caches (a few hundred ns on the 2-vCPU machine here), and
+/// so does that hart's next write. Only a hart with nothing to run polls, and between its
+/// polls of the others' queues (spaced out more and more) it watches only the count of sinks
+/// done, which changes once per sink and block: the end of the block is seen within a pause.
+fn participate(sh: &Shared, hart: &mut Hart, e: u64) {
+    let me = hart.me;
     let mut backoff = 1u32;
+    let mut dry = DryHomes::default();
+    let mut item = None;
     loop {
-        if me != 0 && sh.epoch.load(Ordering::Acquire) != e {
-            return;
+        if item.is_none() {
+            item = if sh.strategy == Strategy::GlobalQueue {
+                loop {
+                    match sh.injector.steal() {
+                        Steal::Success(t) => break Some(t),
+                        Steal::Retry => continue,
+                        Steal::Empty => break None,
+                    }
+                }
+            } else {
+                find_task(sh, hart, e, &mut dry)
+            };
         }
-        let item = if sh.strategy == Strategy::GlobalQueue {
+        if let Some(mut t) = item.take() {
+            // a task, then the successor it readied, while there is one
             loop {
-                match sh.injector.steal() {
-                    Steal::Success(t) => break Some(t),
-                    Steal::Retry => continue,
-                    Steal::Empty => break None,
+                let next = run_item(sh, hart, t);
+                let ran = &sh.ran[me];
+                ran.store(ran.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                match next {
+                    Some(n) => t = n,
+                    None => break,
                 }
             }
-        } else {
-            find_task(sh, local, me, e)
-        };
-        match item {
-            Some(item) => {
-                run_item(sh, local, item, me);
-                sh.ran[me].fetch_add(1, Ordering::Relaxed);
-                backoff = 1;
-            }
-            None if sh.block_done(e, nt) => return,
-            None => {
-                // Each poll takes lines the busy harts write (their deques, counts) out of their
-                // caches; polling less often leaves them to work.
-                for _ in 0..backoff {
-                    std::hint::spin_loop();
-                }
-                backoff = (backoff * 2).min(32);
-            }
+            backoff = 1;
+            continue;
         }
+        // Idle: poll the cheap lines (the sinks' counts) between polls of the queues, which are
+        // spaced out more and more.
+        for _ in 0..backoff {
+            if sh.block_done(e) || (me != 0 && sh.epoch.load(Ordering::Acquire) != e) {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        backoff = (backoff * 2).min(32);
     }
 }
 
-/// Runs one task and readies its successors.
-fn run_item(sh: &Shared, local: &Worker<u64>, item: u64, me: usize) {
+/// One hart's own scheduling state.
+struct Hart {
+    me: usize,
+    local: Worker<u64>,
+    /// Decrements of join counts this hart owes, as (item of the join, how many); see
+    /// [`run_item`].
+    owed: Vec<(u64, usize)>,
+    /// Work stealing: the ready task this hart runs next (see [`Hart::ready`]).
+    next: Option<u64>,
+    /// Sink tasks this hart finished (its `sinks_done`).
+    sinks_done: u64,
+}
+
+impl Hart {
+    fn new(me: usize, local: Worker<u64>) -> Hart {
+        Hart {
+            me,
+            local,
+            owed: Vec::new(),
+            next: None,
+            sinks_done: 0,
+        }
+    }
+
+    /// A task became ready. Work stealing keeps the first for this hart to run next (its
+    /// inputs are in this hart's cache, and nothing goes through the deque) and pushes the
+    /// others; the global queue pushes all.
+    fn ready(&mut self, sh: &Shared, item: u64) {
+        match sh.strategy {
+            Strategy::WorkStealing if self.next.is_none() => self.next = Some(item),
+            Strategy::WorkStealing => self.local.push(item),
+            _ => sh.injector.push(item),
+        }
+    }
+
+    /// Counts `n` finished predecessors of join `item` down; readies it at zero.
+    fn pay(&mut self, sh: &Shared, item: u64, n: usize) {
+        let (s, p) = ((item & 0xffff_ffff) as usize, ((item >> 32) % 2) as usize);
+        if sh.remaining[p][s].fetch_sub(n, Ordering::AcqRel) == n {
+            self.ready(sh, item);
+        }
+    }
+
+    /// Pays the owed decrements; returns a task they readied, if any (the others are pushed).
+    fn settle(&mut self, sh: &Shared) -> Option<u64> {
+        for k in 0..self.owed.len() {
+            let (item, n) = self.owed[k];
+            self.pay(sh, item, n);
+        }
+        self.owed.clear();
+        self.next.take()
+    }
+}
+
+/// Runs one task and readies its successors; returns one of them for the caller to run next.
+///
+/// Counting down a join (a task with several predecessors) is a write to a line every
+/// predecessor's hart writes: a transfer between caches, a few hundred ns here, per
+/// predecessor. So a block-start task does not count its joins down at once: its hart adds
+/// them to what it owes and pays with one decrement per join when it has claimed all its own
+/// block-start tasks ([`find_task`]). A join fed by one hart's voices then costs one transfer,
+/// not one per voice task; what it waits for is that hart's last voice, which it needed anyway
+/// unless the voices feed different joins.
+fn run_item(sh: &Shared, hart: &mut Hart, item: u64) -> Option<u64> {
     let te = item >> 32;
     let t = (item & 0xffff_ffff) as usize;
-    let p = (te % 2) as usize;
     // SAFETY: an item exists only between the moment its block stored the pointers (before
     // the release that made the item reachable) and the moment the block's last task is done,
     // and the calling thread stays in `run_block`, borrowing the graph, until then; the task
@@ -659,20 +775,32 @@ fn run_item(sh: &Shared, local: &Worker<u64>, item: u64, me: usize) {
         )
     };
     for &k in &tg.tasks[t] {
-        // SAFETY: task t became ready only when every predecessor task finished (the AcqRel
-        // decrement below), and exactly one hart popped its item.
+        // SAFETY: task t became ready only when every predecessor task finished (its only
+        // predecessor ran it on, or handed it over through a deque or queue, or the AcqRel
+        // decrements of a join's count), and exactly one hart took its item.
         unsafe { g.run_node(k) };
     }
+    let defer = sh.strategy == Strategy::WorkStealing && tg.npreds[t] == 0;
     for &s in &tg.succs[t] {
-        if sh.remaining[p][s].fetch_sub(1, Ordering::AcqRel) == 1 {
-            let next = (te << 32) | s as u64;
-            match sh.strategy {
-                Strategy::WorkStealing => local.push(next),
-                _ => sh.injector.push(next),
+        let next = (te << 32) | s as u64;
+        if tg.npreds[s] == 1 {
+            hart.ready(sh, next);
+        } else if defer {
+            match hart.owed.iter_mut().find(|(i, _)| *i == next) {
+                Some((_, n)) => *n += 1,
+                None => hart.owed.push((next, 1)),
             }
+        } else {
+            hart.pay(sh, next, 1);
         }
     }
-    sh.finished[me].fetch_add(1, Ordering::AcqRel);
+    if tg.succs[t].is_empty() {
+        // publishes everything this block computed: each task's results reached this one
+        // through the hand-overs above
+        hart.sinks_done += 1;
+        sh.sinks_done[hart.me].store(hart.sinks_done, Ordering::Release);
+    }
+    hart.next.take()
 }
 
 /// A thread's scheduling policy, priority and CPUs, to put back later.
@@ -742,7 +870,12 @@ mod tests {
     /// Shared state for harts whose block-start tasks are `home`.
     fn shared(home: Vec<Vec<usize>>) -> Shared {
         let nt = home.iter().map(Vec::len).sum();
-        Shared::new(Strategy::WorkStealing, nt, home, Vec::new())
+        let tg = TaskGraph {
+            tasks: vec![Vec::new(); nt],
+            npreds: vec![0; nt],
+            succs: vec![Vec::new(); nt],
+        };
+        Shared::new(Strategy::WorkStealing, &tg, home, Vec::new())
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! one after the other, so a lock costs one uncontended atomic pair per block.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Extra samples before a delay line's start, for 4-point interpolation (d_delay.c).
@@ -63,8 +63,16 @@ pub struct Shared {
     pub sends: HashMap<String, Bus>,
     /// `catch~` buffers.
     pub catches: HashMap<String, Bus>,
-    /// `dac~` channels (summed into; the engine clears them before each block).
+    /// `dac~` channels (summed into; the engine clears them before each block, except a
+    /// channel with one writer, which overwrites it: see [`Shared::dac_writers`]).
     pub dac: Vec<Bus>,
+    /// Per `dac~` channel, how many `dac~` inlets write it (counted as they prepare).
+    ///
+    /// With one, that inlet stores the block instead of adding it to a cleared bus: the bus
+    /// then stays in the cache of the hart that runs the `dac~`, instead of moving to the
+    /// engine's thread to be cleared and back to be added to, two transfers between caches
+    /// in every block of a parallel run.
+    pub dac_writers: Vec<Arc<AtomicUsize>>,
     /// `adc~` channels (filled by the host before each block).
     pub adc: Vec<Bus>,
     /// `delwrite~`s already prepared in this DSP build (so a `delread~` sorted after its writer
@@ -85,6 +93,7 @@ impl Shared {
     pub fn ensure_channels(&mut self, ch: usize, block: usize) {
         while self.dac.len() <= ch {
             self.dac.push(Arc::new(Mutex::new(vec![0.0; block])));
+            self.dac_writers.push(Arc::default());
         }
         while self.adc.len() <= ch {
             self.adc.push(Arc::new(Mutex::new(vec![0.0; block])));

@@ -5,6 +5,7 @@ use super::{farg, sarg, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
 use crate::objects::osc::big_or_small;
 use crate::shared::{lock, Bus, Shared};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// `send~ NAME`: copies its input into the named buffer.
@@ -136,6 +137,8 @@ impl PdObject for Throw {
 pub struct Dac {
     channels: Vec<usize>,
     buses: Vec<Bus>,
+    /// Per inlet: its channel's writer count ([`Shared::dac_writers`]).
+    writers: Vec<Arc<AtomicUsize>>,
     scalars: Vec<f32>,
 }
 
@@ -160,12 +163,28 @@ impl PdObject for Dac {
             .iter()
             .map(|&c| env.shared.dac[c].clone())
             .collect();
+        self.writers = self
+            .channels
+            .iter()
+            .map(|&c| env.shared.dac_writers[c].clone())
+            .collect();
+        for w in &self.writers {
+            w.fetch_add(1, Ordering::Relaxed);
+        }
     }
     fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
-        for (bus, input) in self.buses.iter().zip(ins) {
+        for ((bus, input), writers) in self.buses.iter().zip(ins).zip(&self.writers) {
             let mut b = lock(bus);
-            for (o, &i) in b.iter_mut().zip(input.iter()) {
-                *o += i;
+            if writers.load(Ordering::Relaxed) == 1 {
+                // the channel's only writer: the bus was not cleared (`0.0 + i`, as the sum
+                // into a cleared bus would give, turns -0 into +0)
+                for (o, &i) in b.iter_mut().zip(input.iter()) {
+                    *o = 0.0 + i;
+                }
+            } else {
+                for (o, &i) in b.iter_mut().zip(input.iter()) {
+                    *o += i;
+                }
             }
         }
     }
@@ -270,6 +289,7 @@ pub fn create(class: &str, args: &[Atom], shared: &mut Shared) -> Option<Box<dyn
                 scalars: vec![0.0; ch.len()],
                 channels: ch,
                 buses: vec![],
+                writers: vec![],
             })
         }
         "adc~" => {
