@@ -120,3 +120,24 @@ fn dsp_loop_is_an_error() {
     let e = Engine::open(&p, CFG).expect_err("loop");
     assert!(e.to_string().contains("DSP loop"), "{e}");
 }
+
+#[test]
+fn dac_channels_sum_their_writers_and_a_lone_writer_stands_alone() {
+    let d = tempfile::tempdir().expect("tmp");
+    // channel 1: two dac~ inlets (0.25 + 0.5); channel 2: one (-0.125), which overwrites the
+    // bus instead of adding to a cleared one: every block must still hold exactly its value
+    let p = write(
+        d.path(),
+        "dac.pd",
+        "#N canvas 0 0 400 300 12;\n#X obj 10 10 sig~ 0.25;\n#X obj 10 40 sig~ 0.5;\n#X obj 10 70 sig~ -0.125;\n#X obj 10 100 dac~ 1;\n#X obj 10 130 dac~ 1 2;\n#X connect 0 0 3 0;\n#X connect 1 0 4 0;\n#X connect 2 0 4 1;\n",
+    );
+    let out = tess_pd::render::render(&p, CFG, 0.1, &mut Executor::serial()).expect("render");
+    assert!(
+        out[0].iter().all(|&x| x == 0.75),
+        "channel 1 sums both dac~"
+    );
+    assert!(
+        out[1].iter().all(|&x| x == -0.125),
+        "channel 2 holds its one writer"
+    );
+}
