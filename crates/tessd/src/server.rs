@@ -136,6 +136,7 @@ fn err(kind: ErrorKind, message: impl Into<String>) -> Response {
 /// Serves connections until the listener fails.
 pub fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
     let names = Arc::new(Names::default());
+    let status = Arc::new(StatusCache::default());
     let live = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let mut stream = match conn {
@@ -158,11 +159,12 @@ pub fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
         live.fetch_add(1, Ordering::Relaxed);
         let daemon = daemon.clone();
         let names = names.clone();
+        let status = status.clone();
         let live = live.clone();
         let spawned = std::thread::Builder::new()
             .name("tessd-conn".into())
             .spawn(move || {
-                if let Err(e) = connection(stream, &daemon, &names) {
+                if let Err(e) = connection(stream, &daemon, &names, &status) {
                     tracing::debug!("connection ended: {e:#}");
                 }
                 live.fetch_sub(1, Ordering::Relaxed);
@@ -173,53 +175,83 @@ pub fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
     }
 }
 
-/// The last `status` reply a connection sent, as the bytes of its frame: sent again while the
-/// published snapshot is the same one and the reply is younger than [`STATUS_REUSE`] (its
-/// uptime and load figures are then at most that old). A client asking for status in a loop
-/// costs tessd a frame write instead of building and serialising the reply each time.
+/// A `status` reply, as the bytes of its frame: sent again while the published snapshot is the
+/// same one and the reply is younger than [`STATUS_REUSE`] (its uptime and load figures are then
+/// at most that old). A client asking for status in a loop costs tessd a frame write instead of
+/// building and serialising the reply each time.
 struct StatusReply {
     snapshot: Arc<crate::engine::view::Snapshot>,
     built: std::time::Instant,
     frame: Vec<u8>,
 }
 
-/// How long a connection reuses its last `status` reply (see [`StatusReply`]).
+impl StatusReply {
+    fn fresh_for(&self, snapshot: &Arc<crate::engine::view::Snapshot>) -> bool {
+        Arc::ptr_eq(&self.snapshot, snapshot) && self.built.elapsed() < STATUS_REUSE
+    }
+}
+
+/// How long a `status` reply is reused (see [`StatusReply`]).
 const STATUS_REUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The frame answering `status` on this connection: the last one while it is fresh (same
-/// snapshot, younger than [`STATUS_REUSE`]), else a new one.
+/// The newest `status` reply, shared by every connection (the reply does not depend on the
+/// caller). Without it each connection built its own whenever the state changed or its reply
+/// aged: with 200 clients polling, one transaction cost 200 builds of the same reply, on the
+/// harts the clients were waiting for.
+#[derive(Default)]
+struct StatusCache(Mutex<Option<Arc<StatusReply>>>);
+
+/// The frame answering `status` on this connection: its last one while fresh, else the shared
+/// one while fresh, else a new one (which becomes the shared one).
 fn status_frame<'a>(
-    last: &'a mut Option<StatusReply>,
+    last: &'a mut Option<Arc<StatusReply>>,
+    shared: &StatusCache,
     daemon: &Daemon,
     caller: &crate::engine::Caller,
 ) -> Result<&'a [u8]> {
     let snapshot = daemon.snapshot();
-    let fresh = last
-        .as_ref()
-        .is_some_and(|r| Arc::ptr_eq(&r.snapshot, &snapshot) && r.built.elapsed() < STATUS_REUSE);
-    if !fresh {
-        let resp = snapshot
-            .handle(caller, &Request::Status)
-            .expect("status is answered by snapshots");
-        let mut frame = Vec::new();
-        frame::write(&mut frame, &resp)?;
-        *last = Some(StatusReply {
-            snapshot,
-            built: std::time::Instant::now(),
-            frame,
-        });
+    if !last.as_ref().is_some_and(|r| r.fresh_for(&snapshot)) {
+        let newest = lock(&shared.0).clone();
+        *last = match newest {
+            Some(r) if r.fresh_for(&snapshot) => Some(r),
+            _ => {
+                // built outside the lock: the others keep answering from theirs meanwhile
+                let resp = snapshot
+                    .handle(caller, &Request::Status)
+                    .expect("status is answered by snapshots");
+                let mut frame = Vec::new();
+                frame::write(&mut frame, &resp)?;
+                let reply = Arc::new(StatusReply {
+                    snapshot,
+                    built: std::time::Instant::now(),
+                    frame,
+                });
+                *lock(&shared.0) = Some(reply.clone());
+                Some(reply)
+            }
+        };
     }
     Ok(&last.as_ref().expect("set above").frame)
 }
 
-fn connection(mut stream: UnixStream, daemon: &Daemon, names: &Names) -> Result<()> {
+/// Locks a mutex, ignoring poisoning (the cache holds no invariant a panic could break).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn connection(
+    mut stream: UnixStream,
+    daemon: &Daemon,
+    names: &Names,
+    status: &StatusCache,
+) -> Result<()> {
     let caller = peer(&stream)?;
     let mut greeted = false;
     // Requests are read through a buffer (a frame's length and body in one system call); replies
     // go to the stream itself. A connection that hands its stream over (a registering service)
     // has sent nothing after its request, so nothing is left in the buffer then.
     let mut reader = std::io::BufReader::with_capacity(16 << 10, stream.try_clone()?);
-    let mut last_status: Option<StatusReply> = None;
+    let mut last_status: Option<Arc<StatusReply>> = None;
     loop {
         let req: Request = match frame::read(&mut reader) {
             Ok(r) => r,
@@ -291,7 +323,7 @@ fn connection(mut stream: UnixStream, daemon: &Daemon, names: &Names) -> Result<
         }
         let (op, started) = (crate::metrics::op_name(&req), std::time::Instant::now());
         if greeted && matches!(req, Request::Status) {
-            let frame = status_frame(&mut last_status, daemon, &caller)?;
+            let frame = status_frame(&mut last_status, status, daemon, &caller)?;
             crate::metrics::TRANSACTIONS.record(op, true, started.elapsed());
             stream.write_all(frame)?;
             continue;
@@ -497,20 +529,50 @@ mod tests {
     fn a_connection_resends_its_status_reply_until_the_state_changes() {
         let (e, _rig) = engine(None);
         let d = Daemon::new(e);
+        let shared = StatusCache::default();
         let mut last = None;
-        assert_eq!(cells_in(status_frame(&mut last, &d, &root()).unwrap()), 0);
+        assert_eq!(
+            cells_in(status_frame(&mut last, &shared, &d, &root()).unwrap()),
+            0
+        );
         let built = last.as_ref().unwrap().built;
-        status_frame(&mut last, &d, &root()).unwrap();
+        status_frame(&mut last, &shared, &d, &root()).unwrap();
         let reused = last.as_ref().unwrap().built == built;
         // Reused unless this thread was held off the CPU for longer than the reuse window.
         assert!(reused || built.elapsed() >= STATUS_REUSE);
         let r = d.transact(|e| e.handle(&root(), create("a", Policy::Dedicated)));
         assert!(matches!(r, Ok(Response::Ok { .. })), "{r:?}");
         assert_eq!(
-            cells_in(status_frame(&mut last, &d, &root()).unwrap()),
+            cells_in(status_frame(&mut last, &shared, &d, &root()).unwrap()),
             1,
             "a committed change shows at once"
         );
         assert!(last.as_ref().unwrap().built > built);
+    }
+
+    #[test]
+    fn connections_share_one_status_reply_per_state() {
+        let (e, _rig) = engine(None);
+        let d = Daemon::new(e);
+        let shared = StatusCache::default();
+        let (mut a, mut b) = (None, None);
+        status_frame(&mut a, &shared, &d, &root()).unwrap();
+        status_frame(&mut b, &shared, &d, &root()).unwrap();
+        let (ra, rb) = (a.clone().unwrap(), b.clone().unwrap());
+        // the second connection took the first one's reply, unless it had aged out meanwhile
+        assert!(Arc::ptr_eq(&ra, &rb) || ra.built.elapsed() >= STATUS_REUSE);
+        let r = d.transact(|e| e.handle(&root(), create("a", Policy::Dedicated)));
+        assert!(matches!(r, Ok(Response::Ok { .. })), "{r:?}");
+        assert_eq!(
+            cells_in(status_frame(&mut b, &shared, &d, &root()).unwrap()),
+            1,
+            "the shared reply is not used for a newer state"
+        );
+        assert_eq!(
+            cells_in(status_frame(&mut a, &shared, &d, &root()).unwrap()),
+            1
+        );
+        let (ra, rb) = (a.unwrap(), b.unwrap());
+        assert!(Arc::ptr_eq(&ra, &rb) || rb.built.elapsed() >= STATUS_REUSE);
     }
 }
