@@ -62,6 +62,7 @@ pub struct Engine {
     tick_units: f64,
     config: Config,
     depth: usize,
+    midi: crate::objects::midi::MidiParser,
 }
 
 impl Engine {
@@ -104,6 +105,7 @@ impl Engine {
                 / config.sample_rate as f64,
             config,
             depth: 0,
+            midi: Default::default(),
         };
         for id in e.prog.loadbang_order.clone() {
             e.call(id, |o, cx| o.loadbang(cx));
@@ -302,6 +304,18 @@ impl Engine {
                 let id = self.graph.nodes[n].obj_id;
                 self.act(id, Action::SetClock(0, 0.0));
             }
+        }
+    }
+
+    /// MIDI bytes from a device or the network (port 0), delivered now to the `notein` and
+    /// `ctlin` objects; call between blocks, as Pd polls its MIDI queue before each tick. A
+    /// message split across calls is completed by the next.
+    pub fn midi_in(&mut self, bytes: &[u8]) {
+        let mut events = Vec::new();
+        self.midi.feed(bytes, |e| events.push(e));
+        for e in events {
+            let list = e.list.iter().map(|&f| Atom::Float(f)).collect();
+            self.send(e.to, &Msg::from_atoms(list));
         }
     }
 

@@ -288,6 +288,9 @@ impl Loader {
                             if matches!(class.as_str(), "r" | "receive") {
                                 e.receives = Some(objects::sarg(cargs, 0));
                             }
+                            if let Some(name) = objects::midi::receive_name(&class) {
+                                e.receives = Some(name.to_string());
+                            }
                             let is_dsp = e.obj.is_dsp();
                             let id = self.add(e);
                             match class.as_str() {

@@ -56,12 +56,15 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
 }
 
 /// Plays `patch` for `seconds` (or until `stop`), judging every block against its deadline.
+/// With `midi`, a non-blocking UDP socket, the MIDI bytes of every datagram that arrived are
+/// given to the patch (`notein`, `ctlin`) before each block, as Pd polls its MIDI queue.
 pub fn play(
     patch: &Path,
     config: Config,
     seconds: f64,
     exec: &mut Executor,
     stop: &AtomicBool,
+    midi: Option<&std::net::UdpSocket>,
 ) -> Result<PlayReport, EngineError> {
     let mut e = Engine::open(patch, config)?;
     let period_ns = (config.block as f64 / config.sample_rate as f64 * 1e9).round() as u64;
@@ -78,6 +81,12 @@ pub fn play(
         let release = t0 + k * period_ns;
         sleep_until_ns(release);
         let start = now_ns();
+        if let Some(sock) = midi {
+            let mut buf = [0u8; 1500];
+            while let Ok(n) = sock.recv(&mut buf) {
+                e.midi_in(&buf[..n]);
+            }
+        }
         e.tick(exec);
         let done = now_ns();
         let resp = done.saturating_sub(release);
@@ -144,6 +153,7 @@ mod tests {
             0.2,
             &mut Executor::serial(),
             &AtomicBool::new(false),
+            None,
         )
         .unwrap();
         assert!((r.period_us - 1333.333).abs() < 0.01, "{r:?}");

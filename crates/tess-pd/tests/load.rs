@@ -141,3 +141,57 @@ fn dac_channels_sum_their_writers_and_a_lone_writer_stands_alone() {
         "channel 2 holds its one writer"
     );
 }
+
+/// Runs one block after `midi` and returns the first sample of each output channel.
+fn after_midi(p: &Path, midi: &[u8]) -> Vec<f32> {
+    let mut e = Engine::open(p, CFG).expect("open");
+    let mut exec = Executor::serial();
+    e.tick(&mut exec);
+    e.midi_in(midi);
+    e.tick(&mut exec);
+    (0..e.channels())
+        .map(|ch| {
+            let mut out = vec![0.0; CFG.block];
+            e.read_output(ch, &mut out);
+            out[0]
+        })
+        .collect()
+}
+
+#[test]
+fn notein_and_ctlin_spread_midi_as_pd_does() {
+    let d = tempfile::tempdir().expect("tmp");
+    // every outlet into a sig~ and its own dac~ channel, so the block shows what came out
+    let wire = |class: &str, outlets: usize| {
+        let mut t = format!("#N canvas 0 0 400 300 12;\n#X obj 10 10 {class};\n");
+        let ch: Vec<String> = (1..=outlets).map(|c| c.to_string()).collect();
+        t += &format!("#X obj 10 200 dac~ {};\n", ch.join(" "));
+        for _ in 0..outlets {
+            t += "#X obj 10 100 sig~;\n";
+        }
+        for o in 0..outlets {
+            t += &format!("#X connect 0 {o} {} 0;\n", 2 + o);
+            t += &format!("#X connect {} 0 1 {o};\n", 2 + o);
+        }
+        write(d.path(), &format!("{}.pd", class.replace(' ', "_")), &t)
+    };
+    // notein: pitch, velocity, channel (from 1); a note-off is velocity 0
+    let p = wire("notein", 3);
+    assert_eq!(after_midi(&p, &[0x92, 60, 100]), vec![60.0, 100.0, 3.0]);
+    assert_eq!(
+        after_midi(&p, &[0x92, 60, 100, 0x82, 61, 64]),
+        vec![61.0, 0.0, 3.0]
+    );
+    // notein 3: only channel 3, no channel outlet
+    let p = wire("notein 3", 2);
+    assert_eq!(after_midi(&p, &[0x92, 60, 100]), vec![60.0, 100.0]);
+    assert_eq!(after_midi(&p, &[0x90, 60, 100]), vec![0.0, 0.0]);
+    // ctlin: value, number, channel; ctlin 7: value, channel; ctlin 7 1: value
+    let p = wire("ctlin", 3);
+    assert_eq!(after_midi(&p, &[0xb0, 7, 99]), vec![99.0, 7.0, 1.0]);
+    let p = wire("ctlin 7", 2);
+    assert_eq!(after_midi(&p, &[0xb1, 7, 99, 8, 5]), vec![99.0, 2.0]);
+    let p = wire("ctlin 7 1", 1);
+    assert_eq!(after_midi(&p, &[0xb1, 7, 99]), vec![0.0]);
+    assert_eq!(after_midi(&p, &[0xb0, 7, 42]), vec![42.0]);
+}

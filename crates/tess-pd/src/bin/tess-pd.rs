@@ -69,6 +69,11 @@ enum Cmd {
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Take MIDI from UDP datagrams on this address (e.g. 127.0.0.1:9000): each datagram
+        /// is raw MIDI bytes (running status allowed), given to `notein`/`ctlin` before the
+        /// next block.
+        #[arg(long, value_name = "ADDR:PORT")]
+        midi_udp: Option<std::net::SocketAddr>,
     },
     /// List the objects this engine implements.
     Objects,
@@ -109,6 +114,7 @@ fn main() -> anyhow::Result<()> {
             strategy,
             harts,
             json,
+            midi_udp,
         } => {
             anyhow::ensure!(
                 seconds > 0.0 && seconds.is_finite(),
@@ -120,7 +126,16 @@ fn main() -> anyhow::Result<()> {
                 block,
             };
             let stop = std::sync::atomic::AtomicBool::new(false);
-            let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop)
+            let midi = match midi_udp {
+                Some(addr) => {
+                    let sock = std::net::UdpSocket::bind(addr)
+                        .with_context(|| format!("--midi-udp: cannot listen on {addr}"))?;
+                    sock.set_nonblocking(true)?;
+                    Some(sock)
+                }
+                None => None,
+            };
+            let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop, midi.as_ref())
                 .with_context(|| format!("playing {}", patch.display()))?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);

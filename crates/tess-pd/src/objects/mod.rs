@@ -12,6 +12,7 @@ pub mod delay;
 pub mod filter;
 pub mod global;
 pub mod math;
+pub mod midi;
 pub mod osc;
 
 use crate::atom::{Atom, Msg};
@@ -214,6 +215,9 @@ pub fn create(
     if let Some(o) = conv::create(class, args) {
         return Ok(o);
     }
+    if let Some(o) = midi::create(class, args) {
+        return Ok(o);
+    }
     Err(CreateError::Unknown(class.to_string()))
 }
 
@@ -296,4 +300,6 @@ pub const CLASSES: &[&str] = &[
     "table",
     "array",
     "tess~conv",
+    "notein",
+    "ctlin",
 ];
