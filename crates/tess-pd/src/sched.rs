@@ -20,10 +20,10 @@
 //! **Hand-overs.** Every line one hart writes and another reads costs a transfer between caches
 //! (a few hundred ns on the 2-vCPU machine here), so the harts share as few as they can: every
 //! counter sits on its own cache line; a task with one predecessor runs on the hart that
-//! finished that one, with no count and no queue; a join (several predecessors, a mixer) is
-//! counted down once per hart and block, not once per task ([`run_item`]); a hart reports only
-//! the sink tasks it finished, in a count of its own; and an idle hart reads the others'
-//! queues less and less often, and a home list it found empty not again in that block.
+//! finished that one, with no count and no queue; a hart reports only the sink tasks it
+//! finished, in a count of its own; an idle hart reads the others' queues less and less often,
+//! and a home list it found claimed to the end not again in that block; and a hart looks at its
+//! deque before popping it.
 //!
 //! The caller's thread is hart 0; `harts - 1` worker threads spin between blocks (a real-time
 //! audio cell owns its harts, so spinning is its business), yielding after a while.
@@ -289,19 +289,26 @@ impl Shared {
     }
 
     /// Takes one of hart `h`'s block-start tasks for hart `me`, from the end of `h`'s list (`h`
-    /// claims from the front). Tasks `me` took already are passed over; one `h` took means
-    /// they met and nothing is left. So an idle hart reads its own lines and one of `h`'s,
-    /// instead of taking all of them out of `h`'s cache.
+    /// claims from the front). Tasks other thieves took already are passed over; one `h` took
+    /// means thieves and owner met and nothing is left. So an idle hart reads the lines of the
+    /// tasks stolen so far and one of `h`'s, instead of taking all of them out of `h`'s cache.
     fn steal_home(&self, h: usize, me: usize, e: u64) -> Option<usize> {
         for &t in self.home[h].iter().rev() {
             let c = self.claimed[t].load(Ordering::Relaxed);
             if c >> CLAIMER_BITS >= e {
-                if c & CLAIMER_MASK == me as u64 {
-                    continue;
+                if c & CLAIMER_MASK == h as u64 {
+                    return None;
                 }
+                continue;
+            }
+            if self.claim(t, e, me) {
+                return Some(t);
+            }
+            // another thief (or the owner) took it just now: look at it again
+            let c = self.claimed[t].load(Ordering::Relaxed);
+            if c & CLAIMER_MASK == h as u64 {
                 return None;
             }
-            return self.claim(t, e, me).then_some(t);
         }
         None
     }
@@ -606,9 +613,6 @@ fn find_task(sh: &Shared, hart: &mut Hart, e: u64, dry: &mut DryHomes) -> Option
             }
             dry.mark(me);
         }
-        if let Some(t) = hart.settle(sh) {
-            return Some(t);
-        }
         let n = sh.home.len();
         for h in (1..n).map(|k| (me + k) % n) {
             if dry.is_dry(h) {
@@ -686,8 +690,8 @@ fn participate(sh: &Shared, hart: &mut Hart, e: u64) {
             backoff = 1;
             continue;
         }
-        // Idle: poll the cheap lines (the sinks' counts) between polls of the queues, which are
-        // spaced out more and more.
+        // Idle: poll the cheap lines (the sinks' counts; a worker also the epoch) between polls
+        // of the queues, which are spaced out more and more.
         for _ in 0..backoff {
             if sh.block_done(e) || (me != 0 && sh.epoch.load(Ordering::Acquire) != e) {
                 return;
@@ -702,9 +706,6 @@ fn participate(sh: &Shared, hart: &mut Hart, e: u64) {
 struct Hart {
     me: usize,
     local: Worker<u64>,
-    /// Decrements of join counts this hart owes, as (item of the join, how many); see
-    /// [`run_item`].
-    owed: Vec<(u64, usize)>,
     /// Work stealing: the ready task this hart runs next (see [`Hart::ready`]).
     next: Option<u64>,
     /// Sink tasks this hart finished (its `sinks_done`).
@@ -716,7 +717,6 @@ impl Hart {
         Hart {
             me,
             local,
-            owed: Vec::new(),
             next: None,
             sinks_done: 0,
         }
@@ -732,35 +732,14 @@ impl Hart {
             _ => sh.injector.push(item),
         }
     }
-
-    /// Counts `n` finished predecessors of join `item` down; readies it at zero.
-    fn pay(&mut self, sh: &Shared, item: u64, n: usize) {
-        let (s, p) = ((item & 0xffff_ffff) as usize, ((item >> 32) % 2) as usize);
-        if sh.remaining[p][s].fetch_sub(n, Ordering::AcqRel) == n {
-            self.ready(sh, item);
-        }
-    }
-
-    /// Pays the owed decrements; returns a task they readied, if any (the others are pushed).
-    fn settle(&mut self, sh: &Shared) -> Option<u64> {
-        for k in 0..self.owed.len() {
-            let (item, n) = self.owed[k];
-            self.pay(sh, item, n);
-        }
-        self.owed.clear();
-        self.next.take()
-    }
 }
 
 /// Runs one task and readies its successors; returns one of them for the caller to run next.
 ///
-/// Counting down a join (a task with several predecessors) is a write to a line every
-/// predecessor's hart writes: a transfer between caches, a few hundred ns here, per
-/// predecessor. So a block-start task does not count its joins down at once: its hart adds
-/// them to what it owes and pays with one decrement per join when it has claimed all its own
-/// block-start tasks ([`find_task`]). A join fed by one hart's voices then costs one transfer,
-/// not one per voice task; what it waits for is that hart's last voice, which it needed anyway
-/// unless the voices feed different joins.
+/// A join's count is counted down as soon as each predecessor is done, never held back for a
+/// batch: a hart preempted after its task would otherwise keep the join (and the block) waiting
+/// for it, where the other harts could have taken its share over. (Holding a hart's decrements
+/// back until it had claimed all its own voices saved under 1% of a block on the wide patch.)
 fn run_item(sh: &Shared, hart: &mut Hart, item: u64) -> Option<u64> {
     let te = item >> 32;
     let t = (item & 0xffff_ffff) as usize;
@@ -780,23 +759,16 @@ fn run_item(sh: &Shared, hart: &mut Hart, item: u64) -> Option<u64> {
         // decrements of a join's count), and exactly one hart took its item.
         unsafe { g.run_node(k) };
     }
-    let defer = sh.strategy == Strategy::WorkStealing && tg.npreds[t] == 0;
+    let p = (te % 2) as usize;
     for &s in &tg.succs[t] {
         let next = (te << 32) | s as u64;
-        if tg.npreds[s] == 1 {
+        if tg.npreds[s] == 1 || sh.remaining[p][s].fetch_sub(1, Ordering::AcqRel) == 1 {
             hart.ready(sh, next);
-        } else if defer {
-            match hart.owed.iter_mut().find(|(i, _)| *i == next) {
-                Some((_, n)) => *n += 1,
-                None => hart.owed.push((next, 1)),
-            }
-        } else {
-            hart.pay(sh, next, 1);
         }
     }
     if tg.succs[t].is_empty() {
-        // publishes everything this block computed: each task's results reached this one
-        // through the hand-overs above
+        // publishes what this sink and the tasks before it computed (their results reached it
+        // through the hand-overs above); all sinks' counts together publish the block
         hart.sinks_done += 1;
         sh.sinks_done[hart.me].store(hart.sinks_done, Ordering::Release);
     }
@@ -906,5 +878,20 @@ mod tests {
         assert_eq!(sh.steal_home(0, 1, e), None, "met the owner's claim");
         // next block: everything is free again
         assert_eq!(sh.steal_home(0, 1, e + 1), Some(3));
+    }
+
+    #[test]
+    fn a_thief_passes_over_what_other_thieves_took() {
+        let sh = shared(vec![vec![0, 1, 2, 3], vec![], vec![]]);
+        let e = 1;
+        assert_eq!(sh.steal_home(0, 2, e), Some(3));
+        assert_eq!(
+            sh.steal_home(0, 1, e),
+            Some(2),
+            "hart 2's claim is not the owner's"
+        );
+        assert!(sh.claim(0, e, 0));
+        assert_eq!(sh.steal_home(0, 2, e), Some(1));
+        assert_eq!(sh.steal_home(0, 1, e), None, "met the owner");
     }
 }

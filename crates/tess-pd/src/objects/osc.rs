@@ -279,7 +279,8 @@ fn vcf_step(k: &VcfCoefs, tab: &[f32; COSTABSIZE + 1], x: f32, cf_in: f32) -> Vc
     // Pd adds UNITBIT32 in `f64` and reads the integer part from the high word and the
     // fraction from the low. For 0 <= cfindx < 2^19 that is `floor(cfindx)` and
     // `cfindx - floor(cfindx)`, both exact in `f32` (the subtraction is exact by Sterbenz's
-    // lemma), which costs a third of the instructions.
+    // lemma), which costs a third of the instructions. (Below 2^-9, Pd's `f64` sum rounds the
+    // fraction to a multiple of 2^-32: a difference of under 2^-32 in a coefficient.)
     let (tabindex, frac) = if cfindx < VCF_F32_INDEX_LIMIT {
         // SAFETY: 0 <= cfindx < 2^19 (cf was clamped to >= 0, NaN fails the test), so the
         // truncation is in range for i32.
@@ -425,8 +426,8 @@ unsafe fn vcf_block_avx2(
             at += m;
             continue;
         }
-        // SAFETY: AVX2 is enabled for this function (its caller checked the CPU), and the
-        // chunk's centre frequencies index the table in range (checked just above).
+        // SAFETY: AVX2 is enabled for this function (its caller checked the CPU). (The check
+        // just above is for Pd's results: the fast index is exact only below 2^19.)
         unsafe { vcf_coefs_avx2(k, tab, sig, cfs, &mut coefr, &mut coefi, &mut drive) };
         let step = |j: usize| VcfStep {
             coefr: coefr[j],
@@ -452,7 +453,8 @@ unsafe fn vcf_block_avx2(
 /// operation for operation, with the four table reads as gathers.
 ///
 /// # Safety
-/// The CPU must support AVX2, and every `cfs[j]` must give `0 <= cfindx < 2^19`.
+/// The CPU must support AVX2. (Every `cfs[j]` must also give `cfindx < 2^19`, or the result is
+/// not Pd's; the masked indices keep the gathers inside the table whatever the input.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn vcf_coefs_avx2(
@@ -482,10 +484,11 @@ unsafe fn vcf_coefs_avx2(
         let centres = unsafe { _mm256_loadu_ps(cfs.as_ptr().add(j)) };
         // SAFETY: j + 8 <= m <= sig.len().
         let input = unsafe { _mm256_loadu_ps(sig.as_ptr().add(j)) };
-        let cf = _mm256_max_ps(_mm256_mul_ps(centres, isr), zero);
+        // max(0, x), in this order: it returns x when x is NaN or -0, as Pd's `if (x < 0) x = 0`
+        let cf = _mm256_max_ps(zero, _mm256_mul_ps(centres, isr));
         let x = _mm256_mul_ps(cf, to_index);
         let r = if k.qinv > 0.0 {
-            _mm256_max_ps(_mm256_sub_ps(one, _mm256_mul_ps(cf, qinv)), zero)
+            _mm256_max_ps(zero, _mm256_sub_ps(one, _mm256_mul_ps(cf, qinv)))
         } else {
             zero
         };
@@ -729,5 +732,33 @@ mod tests {
             }
         }
         assert!(worst < 1e-5, "vcf~ differs from Pd's loop by {worst}");
+    }
+
+    #[test]
+    fn vcf_keeps_pds_nan_when_q_is_tiny() {
+        // q = 1e-39: 1/q is infinite, so at a centre of 0 Pd's r = 1 - 0 * inf is NaN, which its
+        // `if (r < 0) r = 0` keeps; the vector clamp must keep it too
+        let shared = crate::shared::Shared::default();
+        let env = DspEnv {
+            sample_rate: 44100.0,
+            block: 64,
+            shared: &shared,
+        };
+        let mut vcf = create("vcf~", &[], &mut 0).expect("vcf~");
+        vcf.prepare(&env);
+        let mut cx = Cx {
+            actions: Vec::new(),
+            now_ms: 0.0,
+            shared: &shared,
+        };
+        vcf.message(2, &Msg::float(1e-39), &mut cx);
+        let (sig, cfs) = (vec![0.5f32; 64], vec![0.0f32; 64]);
+        let (mut o1, mut o2) = (vec![0.0; 64], vec![0.0; 64]);
+        vcf.perform(&[&sig, &cfs], &mut [&mut o1, &mut o2]);
+        let want = pd_vcf(1e-39, 44100.0, &mut (0.0, 0.0), &sig, &cfs);
+        for (a, w) in o1.iter().zip(&want) {
+            assert_eq!(a.is_nan(), w.is_nan(), "{a} vs Pd's {w}");
+        }
+        assert!(want[0].is_nan(), "the case is Pd's NaN");
     }
 }
