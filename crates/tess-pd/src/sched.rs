@@ -705,8 +705,8 @@ fn participate(sh: &Shared, hart: &mut Hart, e: u64) {
 /// How many nodes before a task's end its joins' counts are fetched for writing: late enough
 /// that another predecessor's hart is unlikely to take the line back first, early enough for
 /// the transfer to be done (on the bench patch the last voice's filter and what follows it).
-/// On `tess bench graph` 3, 8 and 16 were alike (`speedup_2_harts` 1.71-1.76 in six runs each),
-/// against 1.68-1.76 without the prefetch.
+/// On `tess bench graph` 3, 8 and 16 were alike (`speedup_2_harts` 1.69-1.77 in six runs
+/// each), against 1.68-1.76 without the prefetch.
 const JOIN_PREFETCH_NODES: usize = 3;
 
 /// Asks for the line holding `x` in a writable state (`PREFETCHW`): a hint, the transfer runs
