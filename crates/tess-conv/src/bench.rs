@@ -358,8 +358,7 @@ fn most_instances(
         lo = hi;
         hi *= 2;
     }
-    let hi = hi.min(o.max_instances + 1);
-    let mut hi = hi;
+    let mut hi = hi.min(o.max_instances + 1);
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
         if ok(mid, o.search_seconds, &mut log)? {

@@ -311,12 +311,13 @@ impl Engine {
     /// `ctlin` objects; call between blocks, as Pd polls its MIDI queue before each tick. A
     /// message split across calls is completed by the next.
     pub fn midi_in(&mut self, bytes: &[u8]) {
-        let mut events = Vec::new();
-        self.midi.feed(bytes, |e| events.push(e));
-        for e in events {
+        // the parser is taken out for the call, so that its events can go straight to `send`
+        let mut parser = std::mem::take(&mut self.midi);
+        parser.feed(bytes, |e| {
             let list = e.list.iter().map(|&f| Atom::Float(f)).collect();
             self.send(e.to, &Msg::from_atoms(list));
-        }
+        });
+        self.midi = parser;
     }
 
     /// Copies output channel `ch` of the last block into `out`.

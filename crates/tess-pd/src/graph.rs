@@ -17,9 +17,11 @@
 //!
 //! # Concurrency
 //! Each node's object sits in an [`UnsafeCell`], its buffers in the arena. A node is run only
-//! by the one worker that took it from a queue, after every predecessor finished (its
-//! dependency count reached zero with acquire ordering); it writes only its own buffers and
-//! reads only its predecessors' output buffers, which nobody writes until the next block.
+//! by the one hart that took its task, after every predecessor finished and that was made
+//! visible to this hart (the scheduler's hand-overs: the same hart running on, a deque or
+//! queue, or a join's count reaching zero with acquire ordering); it writes only its own
+//! buffers and reads only its predecessors' output buffers, which nobody writes until the next
+//! block.
 
 use crate::load::Program;
 use crate::objects::{PdObject, Port};

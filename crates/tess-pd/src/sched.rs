@@ -596,6 +596,9 @@ impl DryHomes {
     }
 }
 
+/// Work stealing: the next task for hart `hart`, from its deque, its home list, the others'
+/// home lists (from the back), or the others' deques. (The global queue has its own loop in
+/// [`participate`].)
 fn find_task(sh: &Shared, hart: &mut Hart, e: u64, dry: &mut DryHomes) -> Option<u64> {
     let me = hart.me;
     // `pop` writes the deque's end (and fences) even when it finds nothing: a write to a line
@@ -606,46 +609,34 @@ fn find_task(sh: &Shared, hart: &mut Hart, e: u64, dry: &mut DryHomes) -> Option
             return Some(t);
         }
     }
-    if sh.strategy == Strategy::WorkStealing {
-        if !dry.is_dry(me) {
-            if let Some(&t) = sh.home[me].iter().find(|&&t| sh.claim(t, e, me)) {
-                return Some(item_of(e, t));
-            }
-            dry.mark(me);
+    if !dry.is_dry(me) {
+        if let Some(&t) = sh.home[me].iter().find(|&&t| sh.claim(t, e, me)) {
+            return Some(item_of(e, t));
         }
-        let n = sh.home.len();
-        for h in (1..n).map(|k| (me + k) % n) {
-            if dry.is_dry(h) {
-                continue;
-            }
-            match sh.steal_home(h, me, e) {
-                Some(t) => return Some(item_of(e, t)),
-                None => dry.mark(h),
-            }
+        dry.mark(me);
+    }
+    let n = sh.home.len();
+    for h in (1..n).map(|k| (me + k) % n) {
+        if dry.is_dry(h) {
+            continue;
+        }
+        match sh.steal_home(h, me, e) {
+            Some(t) => return Some(item_of(e, t)),
+            None => dry.mark(h),
         }
     }
-    let local = &hart.local;
     loop {
-        match sh.injector.steal_batch_and_pop(local) {
-            Steal::Success(t) => return Some(t),
-            Steal::Retry => continue,
-            Steal::Empty => {}
-        }
-        if sh.strategy == Strategy::WorkStealing {
-            let n = sh.stealers.len();
-            let mut retry = false;
-            for k in 1..n {
-                match sh.stealers[(me + k) % n].steal() {
-                    Steal::Success(t) => return Some(t),
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
-            }
-            if retry {
-                continue;
+        let mut retry = false;
+        for h in (1..n).map(|k| (me + k) % n) {
+            match sh.stealers[h].steal() {
+                Steal::Success(t) => return Some(t),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
             }
         }
-        return None;
+        if !retry {
+            return None;
+        }
     }
 }
 
