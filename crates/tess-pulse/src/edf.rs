@@ -187,6 +187,28 @@ fn publish_job(release_ns: u64, deadline_ns: u64, done_ns: u64) {
     }
 }
 
+/// Starts the calling thread's jobs on a given time base: the current job (set-up work, such
+/// as a player's pre-roll) ends unjudged, and the thread sleeps until its next job is released
+/// at `at_ns` (`CLOCK_MONOTONIC`), due `at_ns` + D; later jobs follow every period from there
+/// (`wait_next_period`). Threads that serve one clock (the streams of a presentation) release
+/// together this way instead of each from its own creation. Returns `at_ns`, or `None` outside
+/// an EDF thread.
+pub fn release_at(at_ns: u64) -> Option<u64> {
+    with_current(|t| {
+        if t.period_ns.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let d = t.rel_deadline_ns.load(Ordering::Acquire);
+        t.release_ns.store(at_ns, Ordering::Release);
+        t.abs_deadline_ns
+            .store(at_ns.saturating_add(d), Ordering::Release);
+        Some(())
+    })
+    .flatten()?;
+    crate::runtime::sleep_until_ns(at_ns);
+    Some(at_ns)
+}
+
 /// Ends the calling thread's job: sleeps until its next release, whose deadline is then
 /// release + D. Returns the new release time (ns), or `None` outside an EDF thread.
 pub fn wait_next_period() -> Option<u64> {

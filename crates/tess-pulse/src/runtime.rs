@@ -17,6 +17,10 @@ use std::time::Duration;
 /// Most harts one Pulse instance can have.
 pub const MAX_HARTS: usize = 64;
 
+/// The longest an idle standalone hart waits before looking again (it is woken earlier by
+/// the doorbell, a kick or its next sleeper's time).
+const IDLE_MAX_NS: u64 = 1_000_000_000;
+
 /// Errors starting or driving Pulse.
 #[derive(Debug, thiserror::Error)]
 pub enum PulseError {
@@ -226,7 +230,13 @@ impl Shared {
         if self.finished() {
             return;
         }
-        let mut wait_ns = h.period_ns.max(100_000);
+        // In a cell the hart polls tessd's control channel at least once a tick period;
+        // standalone, everything that can give it work rings the doorbell or kicks it.
+        let mut wait_ns = if self.cell.is_some() {
+            h.period_ns.max(100_000)
+        } else {
+            IDLE_MAX_NS
+        };
         let next = self.next_wake_ns();
         let now = now_ns();
         if next != u64::MAX {
@@ -235,6 +245,12 @@ impl Shared {
         if wait_ns == 0 {
             return;
         }
+        // Tickless idle: a wait longer than a tick stops the periodic timer, so an idle hart is
+        // not woken every period for nothing. That matters beyond the CPU it saves: a hart
+        // that is a SCHED_DEADLINE reservation is re-judged by the kernel's wake-up rule at
+        // every wake-up, which drifts the reservation's period away from the releases that
+        // wake it.
+        let _paused = (wait_ns > h.period_ns).then(|| tick::TicksPaused::new(h));
         let ts = clock::timespec(wait_ns);
         self.idle_harts.fetch_add(1, Ordering::AcqRel);
         // SAFETY: FUTEX_WAIT on our own word with a valid relative timeout.

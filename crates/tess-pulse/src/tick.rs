@@ -164,13 +164,14 @@ unsafe fn install(sig: i32, handler: usize) -> std::io::Result<()> {
 
 /// A hart's timer; deleted on drop.
 #[derive(Debug)]
-pub(crate) struct HartTimer {
+pub(crate) struct HartTimer<'a> {
     id: libc::timer_t,
+    armed: &'a std::sync::atomic::AtomicBool,
 }
 
-impl HartTimer {
+impl<'a> HartTimer<'a> {
     /// Creates the calling kernel thread's timer and arms it at `h.period_ns`.
-    pub(crate) fn arm(h: &HartState) -> std::io::Result<HartTimer> {
+    pub(crate) fn arm(h: &'a HartState) -> std::io::Result<HartTimer<'a>> {
         // SAFETY: a zeroed sigevent is valid; we fill the fields SIGEV_THREAD_ID reads.
         let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
         sev.sigev_notify = libc::SIGEV_THREAD_ID;
@@ -198,15 +199,61 @@ impl HartTimer {
             return Err(e);
         }
         h.timer_armed.store(true, Ordering::Release);
-        Ok(HartTimer { id })
+        Ok(HartTimer {
+            id,
+            armed: &h.timer_armed,
+        })
     }
 }
 
-impl Drop for HartTimer {
+impl Drop for HartTimer<'_> {
     fn drop(&mut self) {
+        // First, so that a late tick signal (a kick) cannot re-arm the id once the kernel may
+        // have given it to another hart's timer.
+        self.armed.store(false, Ordering::Release);
         // SAFETY: deleting our own timer; after this no tick reaches this kernel thread.
         unsafe { libc::timer_delete(self.id) };
     }
+}
+
+/// `h`'s periodic ticks stopped while its hart idles; re-armed, one period from then, when
+/// dropped. Made and dropped on `h`'s own kernel thread, in its scheduler context (ticks off).
+pub(crate) struct TicksPaused<'a> {
+    h: &'a HartState,
+    paused: bool,
+}
+
+impl<'a> TicksPaused<'a> {
+    pub(crate) fn new(h: &'a HartState) -> TicksPaused<'a> {
+        // Not `timer.is_null()`: the kernel numbers a process's timers from 0, and glibc's
+        // timer_t is that number, so the first timer is a null pointer.
+        let paused = h.timer_armed.load(Ordering::Acquire)
+            && set_timer(h.timer.load(Ordering::Acquire), 0, 0);
+        TicksPaused { h, paused }
+    }
+}
+
+impl Drop for TicksPaused<'_> {
+    fn drop(&mut self) {
+        if !self.paused {
+            return;
+        }
+        let at = now_ns() + self.h.period_ns;
+        if set_timer(self.h.timer.load(Ordering::Acquire), at, self.h.period_ns) {
+            self.h.next_expiry_ns.store(at, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Arms timer `id` to expire at `at_ns` (absolute; 0 disarms), then every `period_ns`.
+/// Async-signal-safe.
+fn set_timer(id: libc::timer_t, at_ns: u64, period_ns: u64) -> bool {
+    let spec = libc::itimerspec {
+        it_interval: timespec(period_ns),
+        it_value: timespec(at_ns),
+    };
+    // SAFETY: timer_settime is async-signal-safe; id is a live timer of this process.
+    unsafe { libc::timer_settime(id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) == 0 }
 }
 
 /// Sends `h` an immediate tick (adaptation), unless its kernel thread is gone.
@@ -223,17 +270,11 @@ pub(crate) fn kick(h: &HartState) {
 
 /// Re-arms `h`'s timer to fire after `RETRY_NS`, then periodically again.
 fn rearm_soon(h: &HartState, now: u64) {
-    let id = h.timer.load(Ordering::Acquire);
-    if id.is_null() {
+    if !h.timer_armed.load(Ordering::Acquire) {
         return;
     }
     let at = now + RETRY_NS;
-    let spec = libc::itimerspec {
-        it_interval: timespec(h.period_ns),
-        it_value: timespec(at),
-    };
-    // SAFETY: timer_settime is async-signal-safe; id is this hart's live timer.
-    if unsafe { libc::timer_settime(id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) } == 0 {
+    if set_timer(h.timer.load(Ordering::Acquire), at, h.period_ns) {
         h.next_expiry_ns.store(at, Ordering::Relaxed);
     }
 }

@@ -142,3 +142,37 @@ fn every_job_is_published_with_its_misses() {
     assert!(page.max_ns >= 8_000_000, "{page:?}");
     assert_eq!(page.buckets.iter().sum::<u64>(), 20);
 }
+
+#[test]
+fn release_at_puts_threads_on_one_time_base() {
+    // Two periodic threads created at different times start their jobs at one instant T:
+    // `release_at(T)` returns T, and their next releases are T + their periods.
+    let mut p = Pulse::new(one_hart(), Edf::default()).unwrap();
+    let base = tess_pulse::clock::now_ns() + 30_000_000;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for (name, period) in [("a", 7u64), ("b", 11)] {
+        let seen = seen.clone();
+        let ms = Duration::from_millis(period);
+        p.spawn_with(ThreadOptions::named(name).timing(ms, ms), move || {
+            spin_for(Duration::from_millis(2));
+            let first = tess_pulse::edf::release_at(base);
+            let woke = tess_pulse::clock::now_ns();
+            let next = tess_pulse::edf::wait_next_period();
+            tess_pulse::without_ticks(|| seen.lock().unwrap().push((period, first, woke, next)));
+        })
+        .unwrap();
+    }
+    p.run().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for (period, first, woke, next) in seen {
+        assert_eq!(first, Some(base));
+        assert!(woke >= base, "woke {} ns early", base - woke);
+        assert_eq!(next, Some(base + period * 1_000_000));
+    }
+}
+
+#[test]
+fn release_at_outside_an_edf_thread_is_none() {
+    assert_eq!(tess_pulse::edf::release_at(0), None);
+}

@@ -191,3 +191,47 @@ fn threads_can_spawn_threads() {
     p.run().unwrap();
     assert_eq!(n.load(Ordering::SeqCst), 10);
 }
+
+#[test]
+fn an_idle_hart_is_not_woken_by_its_ticks() {
+    // One thread sleeps 300 ms with a 1 ms tick: a periodic timer left armed would fire about
+    // 300 times into the idle hart; stopped while the hart idles, it fires a handful at most
+    // (around the thread's own short runs). Counts, not timings.
+    let mut p = Pulse::new(one_hart(Some(Duration::from_millis(1))), Grr::default()).unwrap();
+    p.spawn(|| {
+        let until = tess_pulse::clock::now_ns() + 300_000_000;
+        tess_pulse::sleep_until_ns(until);
+        assert!(tess_pulse::clock::now_ns() >= until);
+    })
+    .unwrap();
+    let stats = p.run().unwrap();
+    assert!(stats.fired < 30, "ticks fired into an idle hart: {stats:?}");
+}
+
+#[test]
+fn ticks_come_back_after_an_idle_spell() {
+    // After a sleep the hart's timer is re-armed: a thread spinning 20 ms afterwards beside
+    // another is still preempted (round robin alternates them).
+    let mut p = Pulse::new(one_hart(Some(Duration::from_millis(1))), Grr::default()).unwrap();
+    let last = Arc::new(AtomicUsize::new(usize::MAX));
+    let switches = Arc::new(AtomicUsize::new(0));
+    for id in 0..2usize {
+        let (last, switches) = (last.clone(), switches.clone());
+        p.spawn(move || {
+            tess_pulse::sleep_until_ns(tess_pulse::clock::now_ns() + 50_000_000);
+            let t0 = tess_pulse::clock::now_ns();
+            while tess_pulse::clock::now_ns() - t0 < 20_000_000 {
+                if last.swap(id, Ordering::Relaxed) != id {
+                    switches.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .unwrap();
+    }
+    let stats = p.run().unwrap();
+    assert!(
+        stats.preempted >= 2,
+        "no tick preempted after the sleep: {stats:?}"
+    );
+    assert!(switches.load(Ordering::Relaxed) >= 3, "{stats:?}");
+}

@@ -44,9 +44,21 @@
 //!
 //! **Clips.** Generated once with ffmpeg (testsrc2 with temporal noise, raw YUV) piped into
 //! x264 (`--aud --bframes 0`: one access unit per frame, each starting with an access unit
-//! delimiter, decode order = display order; one IDR at the start, so the only cost spike is
-//! where a stream loops), kept in the cache dir (`--cache`, default
-//! `$XDG_CACHE_HOME/tess/decoders`), never in git. Streams loop their clip.
+//! delimiter, decode order = display order; `--keyint infinite --no-scenecut`: one IDR, at the
+//! start, and no other I frame), 30 s long, kept in the cache dir (`--cache`, default
+//! `$XDG_CACHE_HOME/tess/decoders`), never in git. An I frame costs about 1.6 times a P frame
+//! here: at 85% load no scheduler fits one in the 30 fps frame's window, so the clips have
+//! none past the first, and each thread pre-rolls (decodes the IDR untimed, as a player does
+//! before its clock starts). A run longer than the clip loops back to the IDR, a spike that is
+//! measured like any frame. The figures `cost_<s>_p50_ms`, `_p99_ms`, `_max_ms` give the
+//! spread of per-frame decode cost alone.
+//!
+//! **Schedule.** Both streams release frame `k` at `T + k * period` from one instant `T` under
+//! every scheduler (Pulse EDF threads join that time base with `tess_pulse::edf::release_at`).
+//! The first second of each stream is played on that schedule but not scored: caches,
+//! predictors and the reservations' phases settle in it. `<variant>_steal_ms` is the hart's
+//! steal time during the variant's run (/proc/stat, 10 ms resolution): time the hypervisor ran
+//! something else there.
 //!
 //! Figures: `edf_miss_60`, `edf_miss_30`, `grr_miss_60`, `grr_miss_30`, `cfs_miss_60`,
 //! `cfs_miss_30`, `dl_miss_60`, `dl_miss_30` (percent of frames over their period), per-variant
@@ -96,8 +108,14 @@ const ANCHOR: &str = "decoders-anchor";
 /// faster stream's frame period, 1/60 s. (1/30 s, the hyperperiod, was tried: the 60 fps
 /// stream then misses when its second frame of a period finds the budget spent.)
 const CAP_PERIOD_NS: u64 = 16_666_666;
-/// Seconds of each generated clip.
-const CLIP_SECS: u32 = 10;
+/// Seconds of each generated clip: longer than the default run, so a stream does not loop
+/// back to the clip's IDR frame while it is measured.
+const CLIP_SECS: u32 = 30;
+/// Seconds each stream plays before its frames are scored.
+const WARMUP_SECS: usize = 1;
+/// From the start of a run to the first release: time for both threads to pre-roll (decode
+/// the clip's IDR frame) within the capacity.
+const LEAD_NS: u64 = 200_000_000;
 
 /// One stream of the experiment.
 #[derive(Clone, Copy, Debug)]
@@ -125,7 +143,10 @@ impl Stream {
         1_000_000_000 / u64::from(self.fps)
     }
     fn file(&self) -> String {
-        format!("clip-{}-{}fps.264", self.size, self.fps)
+        format!(
+            "clip-{}-{}fps-{CLIP_SECS}s-one-idr.264",
+            self.size, self.fps
+        )
     }
 }
 
@@ -144,6 +165,9 @@ struct Raw {
     dl_pinned: bool,
     /// Mean decode cost per frame alone, ns, per stream.
     cost_ns: Vec<f64>,
+    /// Per stream: (p50, p99, max) of the per-frame decode cost alone, ns.
+    #[serde(default)]
+    cost_spread_ns: Vec<[f64; 3]>,
     demand: f64,
     capacity: f64,
     /// Per variant (VARIANTS order), per stream (STREAMS order): latencies in ns.
@@ -152,6 +176,10 @@ struct Raw {
     /// the hart over the variant's run (first release to last frame done).
     #[serde(default)]
     received: Vec<f64>,
+    /// Per variant: time the hypervisor ran something else on the hart during the run
+    /// (`steal` in /proc/stat), ms; `None` where the kernel does not report it.
+    #[serde(default)]
+    steal_ms: Vec<Option<f64>>,
     notes: Vec<String>,
 }
 
@@ -191,9 +219,12 @@ fn ensure_clip(dir: &Path, s: &Stream) -> anyhow::Result<PathBuf> {
         .args(["--input-res", s.size])
         .args(["--fps", &s.fps.to_string(), "--frames", &frames.to_string()])
         .args(["--preset", "medium", "--crf", "20", "--bframes", "0"])
+        // One IDR, at the start, and no scene-cut I frames: an I frame costs about 1.6 times a
+        // P frame here, which at 85% load no scheduler fits in the 30 fps frame's window.
         .args([
             "--keyint",
-            &(2 * s.fps).to_string(),
+            "infinite",
+            "--no-scenecut",
             "--aud",
             "--threads",
             "2",
@@ -315,18 +346,28 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Mean CPU time per frame of decoding `units` alone (two passes; the second is measured).
-fn calibrate(units: &Units) -> anyhow::Result<f64> {
+/// CPU time of each frame of decoding `units` alone, in ns (two passes; the second is measured).
+fn calibrate(units: &Units) -> anyhow::Result<Vec<u64>> {
     let mut d = lib()?.decoder()?;
     for u in units.iter() {
         d.decode(u)?;
     }
     let mut d = lib()?.decoder()?;
-    let t0 = thread_cpu_ns();
+    let mut costs = Vec::with_capacity(units.len());
     for u in units.iter() {
+        let t0 = thread_cpu_ns();
         d.decode(u)?;
+        costs.push(thread_cpu_ns() - t0);
     }
-    Ok((thread_cpu_ns() - t0) as f64 / units.len() as f64)
+    Ok(costs)
+}
+
+/// The spread of per-frame costs: (p50, p99, max) in ns.
+fn cost_spread(costs: &[u64]) -> [f64; 3] {
+    let mut v = costs.to_vec();
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64;
+    [at(0.5), at(0.99), at(1.0)]
 }
 
 /// How a decode thread waits for its next release.
@@ -352,26 +393,33 @@ struct Run {
     received: f64,
 }
 
-/// Decodes `frames` frames of `units`, frame `k` released at `first + k * period`; returns the
-/// latencies. Under EDF the first release is the thread's own (from `wait_next_period`).
+/// Pre-rolls (decodes the clip's first access unit, its IDR frame, untimed, as a player does
+/// before its clock starts), then decodes `warmup + frames` frames of `units` from the second
+/// on, frame `k` released at `first + k * period` (under EDF too: `release_at` puts the
+/// thread's jobs on that time base), and returns the latencies of the last `frames`: the first
+/// `warmup` frames are played on the same schedule but not scored (caches, predictors and the
+/// reservations' phases settle in them). A stream that plays past the clip's end loops to its
+/// IDR frame, a cost spike that is measured like any frame.
 fn play(
     mut dec: avcodec::Decoder,
     units: &Units,
     first: u64,
     period: u64,
-    frames: usize,
+    (warmup, frames): (usize, usize),
     wait: Wait,
 ) -> Played {
-    let mut lat = Vec::with_capacity(frames);
+    let total = warmup + frames;
+    let mut lat = Vec::with_capacity(total);
+    let _ = dec.decode(&units[0]);
     let cpu_start = thread_cpu_ns();
     let mut release = first;
     if let Wait::PulseEdf = wait {
-        release = tess_pulse::edf::wait_next_period().unwrap_or(first);
+        release = tess_pulse::edf::release_at(first).unwrap_or(first);
     } else {
         sleep_until(wait, release);
     }
-    for k in 0..frames {
-        if lat.len() >= frames || dec.decode(&units[k % units.len()]).is_err() {
+    for k in 0..total {
+        if lat.len() >= total || dec.decode(&units[(k + 1) % units.len()]).is_err() {
             break;
         }
         let done = clock::now_ns();
@@ -384,7 +432,7 @@ fn play(
             Wait::PulseEdf => {
                 let now = clock::now_ns();
                 if let Some(r) = tess_pulse::edf::wait_next_period() {
-                    while next < r && lat.len() < frames {
+                    while next < r && lat.len() < total {
                         lat.push(now.saturating_sub(next).max(period + 1));
                         next += period;
                     }
@@ -393,10 +441,11 @@ fn play(
             w => sleep_until(w, next),
         }
         release = next;
-        if lat.len() >= frames {
+        if lat.len() >= total {
             break;
         }
     }
+    lat.drain(..warmup.min(lat.len()));
     Played {
         latency: lat,
         cpu_ns: (cpu_start, thread_cpu_ns()),
@@ -558,7 +607,7 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
         tess_pulse::Pulse::new(config, tess_pulse::Grr::default())
     }
     .map_err(|e| anyhow::anyhow!("starting Pulse: {e}"))?;
-    let first = clock::now_ns() + 50_000_000;
+    let first = clock::now_ns() + LEAD_NS;
     let (tx, rx) = std::sync::mpsc::channel();
     // The hart's reservation, set by the first thread that runs (on the hart's kernel thread).
     let reserved = std::sync::Arc::new(std::sync::Once::new());
@@ -567,7 +616,7 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
     for (i, st) in STREAMS.iter().enumerate() {
         let dec = lib()?.decoder()?;
         let units = s.units[i].clone();
-        let frames = s.frames[i];
+        let (warmup, frames) = (st.fps as usize * WARMUP_SECS, s.frames[i]);
         let period = st.period_ns();
         let tx = tx.clone();
         let (reserved, failed) = (reserved.clone(), failed.clone());
@@ -601,7 +650,7 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
                         })
                     });
                 }
-                let lat = play(dec, &units, first, period, frames, wait);
+                let lat = play(dec, &units, first, period, (warmup, frames), wait);
                 // An mpsc send takes no lock another Pulse thread could hold while preempted
                 // for long; do it with ticks off anyway.
                 tess_pulse::without_ticks(|| {
@@ -658,13 +707,13 @@ fn run_linux(
     deadline: bool,
     dl_pinned: bool,
 ) -> anyhow::Result<Run> {
-    let first = clock::now_ns() + 50_000_000;
+    let first = clock::now_ns() + LEAD_NS;
     let (tx, rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
     for (i, st) in STREAMS.iter().enumerate() {
         let dec = lib()?.decoder()?;
         let units = s.units[i].clone();
-        let frames = s.frames[i];
+        let (warmup, frames) = (st.fps as usize * WARMUP_SECS, s.frames[i]);
         let period = st.period_ns();
         let runtime = (s.cost_ns[i] / s.load) as u64;
         let tx = tx.clone();
@@ -694,7 +743,7 @@ fn run_linux(
                 )
                 .map_err(|e| anyhow::anyhow!("SCHED_DEADLINE for stream {}: {e}", i))?;
             }
-            let lat = play(dec, &units, first, period, frames, Wait::Linux);
+            let lat = play(dec, &units, first, period, (warmup, frames), Wait::Linux);
             let _ = tx.send((i, lat));
             Ok(())
         }));
@@ -705,6 +754,19 @@ fn run_linux(
             .map_err(|_| anyhow::anyhow!("a decode thread panicked"))??;
     }
     collect_streams(rx, first, false)
+}
+
+/// The hart's steal time so far (/proc/stat, in ms): time its virtual CPU was runnable but
+/// the hypervisor ran something else.
+fn steal_ms(hart: usize) -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&format!("cpu{hart}")))?;
+    let ticks: f64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks * 1000.0 / hz)
 }
 
 fn num_cpus() -> usize {
@@ -738,7 +800,9 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     let fifo = attr::set_policy(0, attr::Policy::Fifo { priority: 50 }, 0).is_ok();
     let mut cost_ns = Vec::new();
     for u in &units {
-        cost_ns.push(calibrate(u)?);
+        let costs = calibrate(u)?;
+        cost_ns.push(costs.iter().sum::<u64>() as f64 / costs.len() as f64);
+        raw.cost_spread_ns.push(cost_spread(&costs));
     }
     if fifo {
         let _ = attr::set_policy(0, attr::Policy::Other { nice: 0 }, 0);
@@ -773,6 +837,7 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     // their own cgroup; without a cell, a SCHED_FIFO 99 thief leaves it to Pulse and CFS alike.
     let reserve = in_cell;
     for (name, _) in VARIANTS {
+        let steal_before = steal_ms(hart);
         let run = match name {
             "dl" => run_linux(&setup, None, true, raw.dl_pinned)?,
             "edf" | "grr" if reserve => run_pulse(&setup, name == "edf", true)?,
@@ -791,6 +856,8 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
                 r?
             }
         };
+        raw.steal_ms
+            .push(steal_ms(hart).zip(steal_before).map(|(a, b)| a - b));
         raw.latency_ns.push(run.latency);
         raw.received.push(run.received);
     }
@@ -897,6 +964,7 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
             "p50 30 ms",
             "p99 30 ms",
             "frames",
+            "steal ms",
             "CPU received",
         ],
     );
@@ -920,6 +988,13 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
             row.push(format!("{p99:.2}"));
         }
         row.push(format!("{} + {}", lat[0].len(), lat[1].len()));
+        match raw.steal_ms.get(v).copied().flatten() {
+            Some(ms) => {
+                r.figure(format!("{name}_steal_ms"), ms);
+                row.push(format!("{ms:.0}"));
+            }
+            None => row.push("-".into()),
+        }
         match raw.received.get(v) {
             Some(&got) => {
                 r.figure(format!("{name}_received"), got);
@@ -932,6 +1007,11 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
     r.table(t);
     r.figure("cost_60_ms", raw.cost_ns[0] / 1e6);
     r.figure("cost_30_ms", raw.cost_ns[1] / 1e6);
+    for (s, spread) in STREAMS.iter().zip(&raw.cost_spread_ns) {
+        r.figure(format!("cost_{}_p50_ms", s.name), spread[0] / 1e6);
+        r.figure(format!("cost_{}_p99_ms", s.name), spread[1] / 1e6);
+        r.figure(format!("cost_{}_max_ms", s.name), spread[2] / 1e6);
+    }
     r.figure("demand", raw.demand);
     r.figure("capacity", raw.capacity);
     r.figure("load", raw.demand / raw.capacity);
