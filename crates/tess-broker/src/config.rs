@@ -14,8 +14,22 @@
 //! margin = 0.05          # setpoint headroom above the target, fraction (default 0.05)
 //! noise-z = 2.0          # headroom per unit of measured relative noise (default 2)
 //! max-margin = 0.5       # largest headroom (default 0.5)
+//! slope = 1.0            # PACORA: penalty per second over the deadline (default 1)
+//! ```
+//!
+//! `policy = "pacora"` (default `"pota"`) makes the broker allocate all brokered cells together
+//! with PACORA ([`crate::pacora::policy`]) instead of one POTA controller per cell:
+//!
+//! ```toml
+//! policy = "pacora"
+//! [pacora]
+//! capacity = 1.5         # harts the brokered cells share (default: what they held on joining)
+//! margin = 0.1           # each cell is sized for target x (1 + margin) (default 0.1)
+//! explore = 0.2          # a learning cell's smallest move, fraction of its share (default 0.2)
+//! keep = 12              # samples per cell for the fit (default 12)
 //! ```
 
+use crate::pacora::policy::PacoraConfig;
 use crate::pota::PotaConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -41,6 +55,29 @@ pub struct CellLimits {
     pub noise_z: Option<f64>,
     /// Largest headroom, fraction of the target (default 0.5).
     pub max_margin: Option<f64>,
+    /// PACORA: penalty per second of response time over the deadline (default 1).
+    pub slope: Option<f64>,
+}
+
+/// Which policy allocates the brokered cells.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// One POTA controller per cell (seed 004 section 5.2).
+    #[default]
+    Pota,
+    /// All cells together by PACORA (section 5.3).
+    Pacora,
+}
+
+/// `[pacora]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawPacora {
+    capacity: Option<f64>,
+    margin: Option<f64>,
+    explore: Option<f64>,
+    keep: Option<usize>,
 }
 
 /// The whole configuration.
@@ -54,6 +91,10 @@ pub struct Config {
     pub min_step: f64,
     /// Per cell.
     pub cells: BTreeMap<String, CellLimits>,
+    /// The policy.
+    pub policy: Policy,
+    /// PACORA's settings.
+    pub pacora: PacoraConfig,
 }
 
 /// The file as written.
@@ -67,6 +108,9 @@ struct RawConfig {
     min_step: f64,
     #[serde(default)]
     cells: BTreeMap<String, CellLimits>,
+    #[serde(default)]
+    policy: Policy,
+    pacora: Option<RawPacora>,
 }
 
 fn default_period() -> Duration {
@@ -86,6 +130,8 @@ impl Default for Config {
             pole: default_pole(),
             min_step: default_step(),
             cells: BTreeMap::new(),
+            policy: Policy::default(),
+            pacora: PacoraConfig::default(),
         }
     }
 }
@@ -100,16 +146,32 @@ impl Config {
             }
             None => default_period(),
         };
+        let rp = raw.pacora.unwrap_or_default();
+        let d = PacoraConfig::default();
+        let pacora = PacoraConfig {
+            capacity: rp.capacity,
+            margin: rp.margin.unwrap_or(d.margin),
+            explore: rp.explore.unwrap_or(d.explore),
+            keep: rp.keep.unwrap_or(d.keep),
+        };
+        pacora.validate().map_err(|e| anyhow::anyhow!(e))?;
         let c = Config {
             period,
             pole: raw.pole,
             min_step: raw.min_step,
             cells: raw.cells,
+            policy: raw.policy,
+            pacora,
         };
         if c.period < Duration::from_millis(100) {
             anyhow::bail!("period {:?} is shorter than 100ms", c.period);
         }
         for (name, l) in &c.cells {
+            if let Some(s) = l.slope {
+                if !(s.is_finite() && s >= 0.0) {
+                    anyhow::bail!("cell {name}: slope {s} must be a number >= 0");
+                }
+            }
             if let (Some(f), Some(ce)) = (l.floor, l.ceiling) {
                 if f > ce {
                     anyhow::bail!("cell {name}: floor {f} is above the ceiling {ce}");
@@ -123,6 +185,11 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!(e))?;
         Ok(c)
+    }
+
+    /// PACORA's penalty slope for `cell`.
+    pub fn slope(&self, cell: &str) -> f64 {
+        self.cells.get(cell).and_then(|l| l.slope).unwrap_or(1.0)
     }
 
     /// The controller settings for `cell` with `harts` harts.
@@ -174,5 +241,21 @@ mod tests {
         assert_eq!(c.controller("other", 2).lower_pole, 0.9);
         assert!(Config::parse("[cells.enc]\nlower-pole = 0.1\n").is_err());
         assert!(Config::parse("[cells.enc]\nmargin = -1\n").is_err());
+        assert_eq!(c.policy, Policy::Pota);
+    }
+
+    #[test]
+    fn a_pacora_config_parses_and_refuses_nonsense() {
+        let c = Config::parse(
+            "policy = \"pacora\"\n[pacora]\ncapacity = 1.5\nmargin = 0.2\n[cells.enc]\nslope = 3\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy, Policy::Pacora);
+        assert_eq!((c.pacora.capacity, c.pacora.margin), (Some(1.5), 0.2));
+        assert_eq!((c.slope("enc"), c.slope("other")), (3.0, 1.0));
+        assert!(Config::parse("policy = \"magic\"").is_err());
+        assert!(Config::parse("[pacora]\ncapacity = 0").is_err());
+        assert!(Config::parse("[pacora]\nbogus = 1").is_err());
+        assert!(Config::parse("[cells.enc]\nslope = -1").is_err());
     }
 }

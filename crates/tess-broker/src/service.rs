@@ -1,6 +1,7 @@
 //! The broker's service loop (seed 004 section 5.1): accept heartbeats, measure each cell's
-//! rate every decision period, ask its POTA controller for a share, apply it through a tessd
-//! transaction.
+//! rate every decision period, ask the policy for shares (POTA: one controller per cell;
+//! PACORA: all cells together, [`crate::pacora::policy`]), apply them through tessd
+//! transactions.
 //!
 //! What it never does, whatever a cell writes into its heartbeat:
 //! - change a pinned cell, or a dedicated or best-effort one (reported as the reason);
@@ -13,7 +14,8 @@
 //! Its state lives in tessd (the cells' windows and budgets) and in the cells' heartbeats, which
 //! re-register when the broker restarts; the models are re-learned within a few periods.
 
-use crate::config::Config;
+use crate::config::{Config, Policy};
+use crate::pacora::policy::{CellView, Pacora};
 use crate::pota::{Decision, Pota, Reason};
 use crate::share;
 use crate::status::{BrokerStatus, CellStatus, DecisionRecord, KEEP_DECISIONS};
@@ -100,6 +102,31 @@ impl Cells for Tessd {
     }
 }
 
+/// A cell the broker may change, as tessd has it now.
+struct Target {
+    info: CellInfo,
+    /// Its share in force, harts.
+    current: f64,
+    cfg: crate::pota::PotaConfig,
+    /// Target rate, units per second.
+    target: f64,
+}
+
+/// Records one decision in the cell's recent history.
+fn record(b: &mut Brokered, rate: f64, from: f64, to: f64, reason: &str, note: String) {
+    if b.decisions.len() >= KEEP_DECISIONS {
+        b.decisions.pop_front();
+    }
+    b.decisions.push_back(DecisionRecord {
+        at_unix_ms: unix_ms(),
+        rate,
+        from,
+        to,
+        reason: reason.into(),
+        note,
+    });
+}
+
 /// One heartbeat the broker reads.
 #[derive(Debug)]
 struct Brokered {
@@ -128,6 +155,8 @@ pub struct Broker<C: Cells> {
     cells: C,
     brokered: Vec<Brokered>,
     refused: VecDeque<String>,
+    /// The PACORA policy's samples and models (policy `pacora`).
+    pacora: Pacora,
 }
 
 fn unix_ms() -> u64 {
@@ -141,6 +170,7 @@ impl<C: Cells> Broker<C> {
     /// A broker with no heartbeats yet.
     pub fn new(config: Config, cells: C) -> Broker<C> {
         Broker {
+            pacora: Pacora::new(config.pacora.clone()),
             config,
             cells,
             brokered: Vec::new(),
@@ -220,10 +250,21 @@ impl<C: Cells> Broker<C> {
         });
     }
 
-    /// Runs the decisions that are due. Returns whether any ran.
+    /// Runs the decisions that are due. Returns whether any ran. Under PACORA all cells are
+    /// decided together, once a period (when the first of them is due).
     pub fn decide_due(&mut self) -> bool {
         let now = now_ns();
         let period = self.config.period.as_nanos() as u64;
+        if self.config.policy == Policy::Pacora {
+            let due = self
+                .brokered
+                .iter()
+                .any(|b| now.saturating_sub(b.last_decision_ns) >= period);
+            if due {
+                self.decide_all(now);
+            }
+            return due;
+        }
         let mut any = false;
         for i in 0..self.brokered.len() {
             if now.saturating_sub(self.brokered[i].last_decision_ns) >= period {
@@ -234,7 +275,9 @@ impl<C: Cells> Broker<C> {
         any
     }
 
-    fn decide(&mut self, i: usize, now: u64) {
+    /// Reads cell `i`'s new beats since its last decision and returns the rate over the
+    /// broker's own clock (and publishes the period).
+    fn measure(&mut self, i: usize, now: u64) -> f64 {
         let b = &mut self.brokered[i];
         let elapsed_s = (now - b.last_decision_ns) as f64 / 1e9;
         b.last_decision_ns = now;
@@ -254,88 +297,136 @@ impl<C: Cells> Broker<C> {
             let missed = b.status.target_rate.is_some_and(|t| rate < ON_TARGET * t);
             p.record_judged(interval_ns, missed);
         }
-        let record = |b: &mut Brokered, from: f64, to: f64, reason: &str, note: String| {
-            if b.decisions.len() >= KEEP_DECISIONS {
-                b.decisions.pop_front();
-            }
-            b.decisions.push_back(DecisionRecord {
-                at_unix_ms: unix_ms(),
-                rate,
-                from,
-                to,
-                reason: reason.into(),
-                note,
-            });
-        };
+        rate
+    }
+
+    /// Asks tessd for cell `i` and checks that the broker may change it. `Err` holds the
+    /// decision already recorded (unreachable, not brokered, pinned, no target).
+    fn brokerable(&mut self, i: usize, rate: f64) -> Result<Target, ()> {
+        let b = &mut self.brokered[i];
         let info = match self.cells.show(&b.cell) {
             Ok(c) => c,
             Err(e) => {
                 let s = b.status.share;
-                return record(b, s, s, "tessd-unreachable", format!("{e:#}"));
+                record(b, rate, s, s, "tessd-unreachable", format!("{e:#}"));
+                return Err(());
             }
         };
         let harts = info.harts.len();
         let Some(current) = share::share_of(&info.policy, harts) else {
             let s = b.status.share;
             let why = format!("a {} cell is not brokered", info.policy.describe());
-            return record(b, s, s, "not-brokered", why);
+            record(b, rate, s, s, "not-brokered", why);
+            return Err(());
         };
         b.status.share = current;
         let cfg = self.config.controller(&b.cell, harts);
         b.status.floor = cfg.floor;
         b.status.ceiling = cfg.ceiling;
         if info.pinned {
-            return record(b, current, current, "pinned", String::new());
+            record(b, rate, current, current, "pinned", String::new());
+            return Err(());
         }
         let Some(target) = b.status.target_rate else {
-            return record(b, current, current, "no-target", String::new());
+            record(b, rate, current, current, "no-target", String::new());
+            return Err(());
         };
+        Ok(Target {
+            info,
+            current,
+            cfg,
+            target,
+        })
+    }
+
+    /// Applies `to` to cell `i` (one tessd transaction); a refusal leaves the share in force.
+    fn apply(&mut self, i: usize, t: &Target, rate: f64, to: f64, reason: &str, note: String) {
+        let harts = t.info.harts.len();
+        let update = share::update_for(&t.info.policy, harts, to).expect("brokered policy");
+        let b = &mut self.brokered[i];
+        match self.cells.update(&b.cell, update) {
+            Ok(()) => {
+                b.status.share = to;
+                record(b, rate, t.current, to, reason, note);
+            }
+            Err(e) => {
+                // Admission refused (or tessd failed): the last good allocation stays.
+                if let Some(p) = b.pota.as_mut() {
+                    p.force_share(t.current);
+                }
+                let why = format!("{reason} to {to:.3}: {e:#}");
+                record(b, rate, t.current, t.current, "refused", why);
+            }
+        }
+    }
+
+    fn decide(&mut self, i: usize, now: u64) {
+        let rate = self.measure(i, now);
+        let Ok(t) = self.brokerable(i, rate) else {
+            return;
+        };
+        let b = &mut self.brokered[i];
         let pota = b
             .pota
-            .get_or_insert_with(|| Pota::new(cfg, target, current));
-        pota.set_target(target);
+            .get_or_insert_with(|| Pota::new(t.cfg, t.target, t.current));
+        pota.set_target(t.target);
         // Someone else (or a refused change) set the share: continue from what is in force.
-        if (pota.share() - current).abs() > 1e-6 {
-            pota.force_share(current);
+        if (pota.share() - t.current).abs() > 1e-6 {
+            pota.force_share(t.current);
         }
         let d: Decision = pota.step(rate);
         let [ma, mb] = pota.model();
         b.status.model_a = ma;
         b.status.model_b = mb;
         let reason = DecisionRecord::reason_name(d.reason);
+        let note = format!("wanted {:.3}", d.wanted);
         if !d.changed || d.reason == Reason::BadMeasurement {
-            return record(
-                b,
-                current,
-                current,
-                &reason,
-                format!("wanted {:.3}", d.wanted),
-            );
+            return record(b, rate, t.current, t.current, &reason, note);
         }
-        let update = share::update_for(&info.policy, harts, d.share).expect("brokered policy");
-        match self.cells.update(&b.cell, update) {
-            Ok(()) => {
-                b.status.share = d.share;
-                record(
-                    b,
-                    current,
-                    d.share,
-                    &reason,
-                    format!("wanted {:.3}", d.wanted),
-                );
+        self.apply(i, &t, rate, d.share, &reason, note);
+    }
+
+    /// One PACORA round over every brokered cell (policy `pacora`): all are measured, the
+    /// allocation is decided for all together, and changes are applied lowerings first, so that
+    /// tessd's admission sees the harts given back before the ones taken.
+    fn decide_all(&mut self, now: u64) {
+        let mut views = Vec::new();
+        let mut targets = Vec::new();
+        for i in 0..self.brokered.len() {
+            let rate = self.measure(i, now);
+            if let Ok(t) = self.brokerable(i, rate) {
+                views.push(CellView {
+                    cell: self.brokered[i].cell.clone(),
+                    share: t.current,
+                    rate,
+                    target_rate: t.target,
+                    floor: t.cfg.floor,
+                    ceiling: t.cfg.ceiling,
+                    slope: self.config.slope(&self.brokered[i].cell),
+                });
+                targets.push((i, t, rate));
             }
-            Err(e) => {
-                // Admission refused (or tessd failed): the last good allocation stays.
-                if let Some(p) = b.pota.as_mut() {
-                    p.force_share(current);
-                }
-                record(
-                    b,
-                    current,
-                    current,
-                    "refused",
-                    format!("{reason} to {:.3}: {e:#}", d.share),
-                );
+        }
+        let allocations = self.pacora.decide(&views);
+        let mut order: Vec<usize> = (0..allocations.len()).collect();
+        order.sort_by(|&x, &y| {
+            let dx = allocations[x].share - targets[x].1.current;
+            let dy = allocations[y].share - targets[y].1.current;
+            dx.total_cmp(&dy)
+        });
+        for k in order {
+            let (i, t, rate) = &targets[k];
+            let a = &allocations[k];
+            let b = &mut self.brokered[*i];
+            b.status.response_model = a.model.clone();
+            let note = match a.predicted_tau {
+                Some(tau) => format!("predicted {:.2}/s", 1.0 / tau),
+                None => String::new(),
+            };
+            if (a.share - t.current).abs() < self.config.min_step {
+                record(b, *rate, t.current, t.current, a.reason, note);
+            } else {
+                self.apply(*i, t, *rate, a.share, a.reason, note);
             }
         }
     }
@@ -346,6 +437,11 @@ impl<C: Cells> Broker<C> {
             pid: std::process::id(),
             written_unix_ms: unix_ms(),
             period_ms: self.config.period.as_millis() as u64,
+            policy: match self.config.policy {
+                Policy::Pota => "pota",
+                Policy::Pacora => "pacora",
+            }
+            .into(),
             refused: self.refused.iter().cloned().collect(),
             cells: self
                 .brokered

@@ -26,6 +26,9 @@ pub struct BrokerStatus {
     pub written_unix_ms: u64,
     /// Decision period (ms).
     pub period_ms: u64,
+    /// `pota` or `pacora`.
+    #[serde(default)]
+    pub policy: String,
     /// Registrations refused so far, and why (the last few).
     pub refused: Vec<String>,
     /// Per heartbeat.
@@ -55,6 +58,9 @@ pub struct CellStatus {
     pub model_a: f64,
     /// See `model_a`.
     pub model_b: f64,
+    /// PACORA's fitted response time per unit, `tau0 + w / share` seconds (policy `pacora`).
+    #[serde(default)]
+    pub response_model: Option<crate::pacora::ResponseModel>,
     /// Beats counted in total.
     pub beats: u64,
     /// Bad input seen from this cell: beats that could not be read, forged timestamps, a count

@@ -37,7 +37,16 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                 return Ok(0);
             }
             let mut t = Table::new(
-                format!("broker pid {}, decision period {} ms", s.pid, s.period_ms),
+                format!(
+                    "broker pid {}, policy {}, decision period {} ms",
+                    s.pid,
+                    if s.policy.is_empty() {
+                        "pota"
+                    } else {
+                        &s.policy
+                    },
+                    s.period_ms
+                ),
                 &[
                     "cell",
                     "heartbeat",
@@ -46,8 +55,7 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                     "share",
                     "floor",
                     "ceiling",
-                    "a",
-                    "b",
+                    "model",
                     "last decision",
                 ],
             );
@@ -67,8 +75,14 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                     format!("{:.3}", c.share),
                     format!("{:.3}", c.floor),
                     format!("{:.3}", c.ceiling),
-                    format!("{:.3}", c.model_a),
-                    format!("{:.1}", c.model_b),
+                    match &c.response_model {
+                        Some(m) => format!(
+                            "tau = {:.2} + {:.2}/share ms",
+                            m.tau0 * 1e3,
+                            m.w.first().copied().unwrap_or(0.0) * 1e3
+                        ),
+                        None => format!("a {:.3} b {:.1}", c.model_a, c.model_b),
+                    },
                     last,
                 ]);
             }

@@ -52,11 +52,9 @@ fn feeder(d: &Daemon, cell: &str, target: &str, sock: &std::path::Path) -> Vec<C
     vec![run, yes]
 }
 
-#[test]
-#[ignore = "needs root: a private tessd on the real kernel"]
-fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
-    let d = Daemon::start();
-    for (cell, pinned) in [("enc", false), ("fixed", true)] {
+/// Creates event-triggered cells of 3 ms every 10 ms on hart 1 (`true`: pinned).
+fn create_cells(d: &Daemon, cells: &[(&str, bool)]) {
+    for &(cell, pinned) in cells {
         let mut args = vec![
             "cell",
             "create",
@@ -76,18 +74,27 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         let o = d.tess(&args);
         assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
     }
+}
+
+/// A `tess-broker` with configuration `config`, its socket and status file in a private
+/// directory: (the directory, the socket, the status file, the broker).
+fn start_broker(
+    d: &Daemon,
+    config: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Child,
+) {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("broker.sock");
     let status = dir.path().join("status.json");
-    let config = dir.path().join("broker.toml");
-    std::fs::write(
-        &config,
-        "period = \"300ms\"\n[cells.enc]\nfloor = 0.02\nceiling = 0.5\n",
-    )
-    .unwrap();
+    let file = dir.path().join("broker.toml");
+    std::fs::write(&file, config).unwrap();
     let broker = Command::new(tess_testkit::built("tess-broker"))
         .arg("--config")
-        .arg(&config)
+        .arg(&file)
         .arg("--socket")
         .arg(&sock)
         .arg("--status")
@@ -95,6 +102,18 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         .env("TESS_SOCKET", &d.socket)
         .spawn()
         .unwrap();
+    (dir, sock, status, broker)
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
+    let d = Daemon::start();
+    create_cells(&d, &[("enc", false), ("fixed", true)]);
+    let (_dir, sock, status, broker) = start_broker(
+        &d,
+        "period = \"300ms\"\n[cells.enc]\nfloor = 0.02\nceiling = 0.5\n",
+    );
     let broker_pid = broker.id() as i32;
     let mut kill = Kill(vec![broker]);
     // A target of 1 frame per second: far below what 3 ms per 10 ms moves, so the broker must
@@ -168,4 +187,87 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
             p.max_ns
         );
     }
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn the_pacora_policy_sizes_cells_through_tessd() {
+    // policy = "pacora": two cells beat far above their targets (1/s); the policy learns each
+    // cell's response time at two budgets, then gives each the least share its model says
+    // meets the target: down to the floor, through tessd transactions.
+    let d = Daemon::start();
+    create_cells(&d, &[("enc", false), ("idx", false)]);
+    let (_dir, sock, status, broker) = start_broker(
+        &d,
+        "period = \"300ms\"\npolicy = \"pacora\"\n[cells.enc]\nfloor = 0.02\nslope = 2\n\
+         [cells.idx]\nfloor = 0.02\n",
+    );
+    let mut kill = Kill(vec![broker]);
+    kill.0.extend(feeder(&d, "enc", "1/s", &sock));
+    kill.0.extend(feeder(&d, "idx", "1/s", &sock));
+    let t0 = Instant::now();
+    let floor_ns = 200_000; // 0.02 harts of a 10 ms period
+    while budget_ns(&d, "enc") > 2 * floor_ns || budget_ns(&d, "idx") > 2 * floor_ns {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "PACORA did not size the cells down; status: {}",
+            std::fs::read_to_string(&status).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Then each cell is modelled (two samples at shares apart: at the floor, learning moves up
+    // by `explore` to get the second) and sized by its model.
+    let read = || -> serde_json::Value {
+        let o = Command::new(common::tess_bin())
+            .args(["broker", "status", "--json", "--file"])
+            .arg(&status)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let sized = |s: &serde_json::Value| {
+        s["cells"].as_array().is_some_and(|cells| {
+            cells.len() == 2
+                && cells.iter().all(|c| {
+                    c["response_model"].is_object()
+                        && c["decisions"]
+                            .as_array()
+                            .and_then(|d| d.last())
+                            .map(|d| &d["reason"])
+                            == Some(&serde_json::json!("meets-target"))
+                })
+        })
+    };
+    let mut s = read();
+    while !sized(&s) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "PACORA did not model and size both cells: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        s = read();
+    }
+    assert!(budget_ns(&d, "enc") <= 2 * floor_ns && budget_ns(&d, "idx") <= 2 * floor_ns);
+    assert_eq!(s["policy"], "pacora", "{s}");
+    let allowed = ["learning", "meets-target", "trade-off", "no-rate"];
+    for c in s["cells"].as_array().unwrap() {
+        let reasons: Vec<&str> = c["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["reason"].as_str().unwrap())
+            .collect();
+        assert!(
+            !reasons.is_empty() && reasons.iter().all(|r| allowed.contains(r)),
+            "{}: {reasons:?}",
+            c["cell"]
+        );
+    }
+    let text = Command::new(common::tess_bin())
+        .args(["broker", "status", "--file"])
+        .arg(&status)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("policy pacora"), "{text}");
 }

@@ -8,6 +8,7 @@
 pub mod interior_point;
 pub mod model;
 pub mod nnls;
+pub mod policy;
 pub mod socp;
 
 pub use model::{CellDemand, Problem, ResponseModel, Sample};

@@ -166,6 +166,7 @@ fn encode(
             margin: Some(0.2),
             noise_z: Some(2.5),
             max_margin: Some(0.6),
+            slope: None,
         },
     );
     let mut broker = Broker::new(config, Tessd::new());

@@ -1,0 +1,547 @@
+//! PACORA as the broker's live policy (`policy = "pacora"` in the broker's configuration).
+//!
+//! Every decision round the broker hands this module what each brokered cell held during the
+//! last period (its CPU share, in harts) and the rate its heartbeat measured under it. The
+//! module turns each period into a sample of the cell's response time `tau = 1 / rate` (seconds
+//! per unit of work) at that share, fits the cell's response-time function (seed 004 section
+//! 5.3, one resource: `tau(a) = tau0 + w / a`) by non-negative least squares over its recent
+//! samples, and allocates the pool of harts the brokered cells share:
+//!
+//! - **Every target can be met**: each cell gets the least share whose predicted response time
+//!   meets its target with `margin` to spare, `a_min = w / (d - tau0)` with `d = 1 / (target
+//!   (1 + margin))`. The penalties are all zero there, so this is an optimum of PACORA's
+//!   problem, and of all the optima it reserves the least.
+//! - **They cannot all be met**: the allocation that minimises the total penalty `sum_p max(0,
+//!   (tau_p - d_p) s_p)` under the pool's capacity, solved exactly by the interior-point method
+//!   ([`super::interior_point`]); a cell is never given more than its `a_min` (more would not
+//!   lower its penalty).
+//!
+//! Shares are then clamped to each cell's floor and ceiling. A cell without a model yet
+//! (fewer than two samples at shares at least `explore / 2` apart) is *learning*: it moves to
+//! the share a one-point model `tau = w / a` through its last sample predicts, or by `explore`
+//! if that is too close to learn from. A period whose response time the model misses by more
+//! than [`PHASE_CHANGE`] starts a new phase: the older samples are dropped, the cell learns
+//! again. A cell whose heartbeat did not beat in the period (rate 0) keeps its share: no
+//! sample, nothing learned, nothing moved (`no-rate`).
+//!
+//! The pool: `capacity` harts if configured, otherwise what the cells held when they joined
+//! (each brings its share in and takes its last share out when it leaves), so the policy
+//! redistributes reservations it was given and never asks tessd for more in total.
+
+use super::interior_point::Workspace;
+use super::{CellDemand, Problem, ResponseModel, Sample};
+use std::collections::{BTreeMap, VecDeque};
+
+/// A prediction off by more than this fraction of the measured response time starts a new
+/// phase.
+pub const PHASE_CHANGE: f64 = 0.3;
+
+/// The policy's settings (`[pacora]` in the broker's configuration).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PacoraConfig {
+    /// Harts the brokered cells share; `None`: what they held when they joined.
+    pub capacity: Option<f64>,
+    /// Each cell is sized to meet `target (1 + margin)`.
+    pub margin: f64,
+    /// Relative move a learning cell makes when its one-point model would not move it enough.
+    pub explore: f64,
+    /// Samples kept per cell (the fit uses them all).
+    pub keep: usize,
+}
+
+impl Default for PacoraConfig {
+    fn default() -> Self {
+        PacoraConfig {
+            capacity: None,
+            margin: 0.1,
+            explore: 0.2,
+            keep: 12,
+        }
+    }
+}
+
+impl PacoraConfig {
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(c) = self.capacity {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!(
+                    "pacora capacity {c} must be a positive number of harts"
+                ));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.margin) {
+            return Err(format!("pacora margin {} must lie in [0, 1]", self.margin));
+        }
+        if !(self.explore > 0.0 && self.explore <= 0.5) {
+            return Err(format!(
+                "pacora explore {} must lie in (0, 0.5]",
+                self.explore
+            ));
+        }
+        if self.keep < 2 {
+            return Err(format!("pacora keep {} must be at least 2", self.keep));
+        }
+        Ok(())
+    }
+}
+
+/// A cell at a decision round: what it held and measured over the last period, and its limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellView {
+    /// The cell.
+    pub cell: String,
+    /// Share in force during the period, harts.
+    pub share: f64,
+    /// Units of work per second its heartbeat measured in the period.
+    pub rate: f64,
+    /// Target rate, units per second.
+    pub target_rate: f64,
+    /// Smallest and largest share, harts.
+    pub floor: f64,
+    /// Largest share, harts.
+    pub ceiling: f64,
+    /// Penalty per second of response time over the deadline (relative to other cells).
+    pub slope: f64,
+}
+
+/// What the policy wants for one cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    /// The cell.
+    pub cell: String,
+    /// The share it should hold, harts.
+    pub share: f64,
+    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `solver-failed`.
+    pub reason: &'static str,
+    /// The model's response time at `share` (seconds per unit), once there is a model.
+    pub predicted_tau: Option<f64>,
+    /// The fitted model, if any.
+    pub model: Option<ResponseModel>,
+}
+
+#[derive(Debug, Default)]
+struct CellState {
+    samples: VecDeque<Sample>,
+    model: Option<ResponseModel>,
+    /// Harts this cell brought into the pool when it joined.
+    brought: f64,
+    /// Its share at the last round (taken out of the pool when it leaves).
+    last_share: f64,
+}
+
+/// The live policy: per cell its samples and model, and the pool.
+#[derive(Debug, Default)]
+pub struct Pacora {
+    config: PacoraConfig,
+    cells: BTreeMap<String, CellState>,
+    /// Harts given back by cells that left (with no configured capacity).
+    pool_adjust: f64,
+    workspace: Workspace,
+}
+
+impl Pacora {
+    /// A policy with no cells yet.
+    pub fn new(config: PacoraConfig) -> Pacora {
+        Pacora {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// The harts the brokered cells share now.
+    pub fn capacity(&self) -> f64 {
+        self.config.capacity.unwrap_or_else(|| {
+            self.cells.values().map(|c| c.brought).sum::<f64>() + self.pool_adjust
+        })
+    }
+
+    /// The fitted model of `cell`, if it has one.
+    pub fn model(&self, cell: &str) -> Option<&ResponseModel> {
+        self.cells.get(cell).and_then(|c| c.model.as_ref())
+    }
+
+    /// Forgets cells that are no longer brokered; with no configured capacity, the pool keeps
+    /// what they brought minus what they held last (a cell that grew leaves the pool smaller).
+    pub fn retain(&mut self, present: &[&str]) {
+        let gone: Vec<String> = self
+            .cells
+            .keys()
+            .filter(|c| !present.contains(&c.as_str()))
+            .cloned()
+            .collect();
+        for c in gone {
+            if let Some(s) = self.cells.remove(&c) {
+                self.pool_adjust += s.brought - s.last_share;
+            }
+        }
+    }
+
+    /// One decision round over `views` (the cells brokered now). Returns one allocation per view,
+    /// in the same order.
+    pub fn decide(&mut self, views: &[CellView]) -> Vec<Allocation> {
+        let names: Vec<&str> = views.iter().map(|v| v.cell.as_str()).collect();
+        self.retain(&names);
+        for v in views {
+            let st = self
+                .cells
+                .entry(v.cell.clone())
+                .or_insert_with(|| CellState {
+                    brought: v.share,
+                    ..Default::default()
+                });
+            st.last_share = v.share;
+            observe(st, v, &self.config);
+        }
+        let capacity = self.capacity();
+        let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
+        // Learning and silent cells first: what they take comes off the pool.
+        let mut left = capacity;
+        let mut modelled = Vec::new();
+        for (i, v) in views.iter().enumerate() {
+            let st = &self.cells[&v.cell];
+            match &st.model {
+                _ if v.rate <= 0.0 || !v.rate.is_finite() => {
+                    left -= v.share;
+                    out[i] = Some(Allocation {
+                        cell: v.cell.clone(),
+                        share: v.share,
+                        reason: "no-rate",
+                        predicted_tau: st.model.as_ref().map(|m| m.eval(&[v.share])),
+                        model: st.model.clone(),
+                    });
+                }
+                None => {
+                    let share = learning_step(v, &self.config);
+                    left -= share;
+                    out[i] = Some(Allocation {
+                        cell: v.cell.clone(),
+                        share,
+                        reason: "learning",
+                        predicted_tau: None,
+                        model: None,
+                    });
+                }
+                Some(m) => modelled.push((i, m.clone())),
+            }
+        }
+        let deadline = |v: &CellView| 1.0 / (v.target_rate * (1.0 + self.config.margin));
+        // The least share meeting each modelled cell's deadline (infinite: none does).
+        let a_min: Vec<f64> = modelled
+            .iter()
+            .map(|(i, m)| {
+                let v = &views[*i];
+                let d = deadline(v);
+                let w = m.w[0];
+                if w <= 0.0 {
+                    if m.tau0 <= d {
+                        v.floor
+                    } else {
+                        f64::INFINITY
+                    }
+                } else if d > m.tau0 {
+                    w / (d - m.tau0)
+                } else {
+                    f64::INFINITY
+                }
+            })
+            .collect();
+        let clamped: f64 = modelled
+            .iter()
+            .zip(&a_min)
+            .map(|((i, _), a)| a.clamp(views[*i].floor, views[*i].ceiling))
+            .sum();
+        let all_fit = a_min.iter().all(|a| a.is_finite()) && clamped <= left.max(0.0) + 1e-9;
+        let solved = if all_fit || modelled.is_empty() {
+            Ok(a_min.clone())
+        } else {
+            let problem = Problem {
+                cells: modelled
+                    .iter()
+                    .map(|(i, m)| CellDemand {
+                        model: m.clone(),
+                        deadline: deadline(&views[*i]),
+                        slope: views[*i].slope,
+                    })
+                    .collect(),
+                capacity: vec![left.max(1e-6)],
+            };
+            self.workspace
+                .solve(&problem)
+                .map(|s| s.alloc.iter().map(|a| a[0]).collect::<Vec<f64>>())
+        };
+        for (k, (i, m)) in modelled.iter().enumerate() {
+            let v = &views[*i];
+            let (share, reason) = match &solved {
+                Ok(alloc) if all_fit => (alloc[k], "meets-target"),
+                Ok(alloc) => (alloc[k].min(a_min[k]), "trade-off"),
+                Err(_) => (v.share, "solver-failed"),
+            };
+            let share = share.clamp(v.floor, v.ceiling);
+            out[*i] = Some(Allocation {
+                cell: v.cell.clone(),
+                share,
+                reason,
+                predicted_tau: Some(m.eval(&[share])),
+                model: Some(m.clone()),
+            });
+        }
+        out.into_iter()
+            .map(|a| a.expect("every view decided"))
+            .collect()
+    }
+}
+
+/// Adds the period's sample, drops the old phase if the model missed it, refits.
+fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
+    if !(v.rate > 0.0 && v.rate.is_finite() && v.share > 0.0) {
+        return;
+    }
+    let tau = 1.0 / v.rate;
+    if let Some(m) = &st.model {
+        let predicted = m.eval(&[v.share]);
+        if ((predicted - tau) / tau).abs() > PHASE_CHANGE {
+            st.samples.clear();
+            st.model = None;
+        }
+    }
+    st.samples.push_back(Sample {
+        alloc: vec![v.share],
+        tau,
+    });
+    while st.samples.len() > cfg.keep {
+        st.samples.pop_front();
+    }
+    let (lo, hi) = st.samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), s| {
+        (lo.min(s.alloc[0]), hi.max(s.alloc[0]))
+    });
+    // Samples bunched at one share cannot separate tau0 from w: refit only when they spread,
+    // and keep the model otherwise (once converged, a cell's samples all sit at its share).
+    if st.samples.len() >= 2 && hi >= lo * (1.0 + cfg.explore / 2.0) {
+        let samples: Vec<Sample> = st.samples.iter().cloned().collect();
+        if let Some(m) = ResponseModel::fit(1, &samples) {
+            st.model = Some(m);
+        }
+    }
+}
+
+/// Where a cell without a model goes next: the share the one-point model `tau = w / a`
+/// through its last period predicts for the target with margin, moved at least `explore` so
+/// that the next sample can be learned from.
+fn learning_step(v: &CellView, cfg: &PacoraConfig) -> f64 {
+    let want = v.share * v.target_rate * (1.0 + cfg.margin) / v.rate;
+    let min_move = v.share * cfg.explore;
+    let mut next = if (want - v.share).abs() >= min_move {
+        want
+    } else if want >= v.share {
+        v.share + min_move
+    } else {
+        v.share - min_move
+    };
+    next = next.clamp(v.floor, v.ceiling);
+    if (next - v.share).abs() < min_move / 2.0 {
+        // Pinned against a limit: move the other way to learn.
+        next = if v.share + min_move <= v.ceiling {
+            v.share + min_move
+        } else {
+            v.share - min_move
+        }
+        .clamp(v.floor, v.ceiling);
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated cell: its true response time per unit `tau0 + w / a`, seconds.
+    struct Plant {
+        tau0: f64,
+        w: f64,
+    }
+
+    impl Plant {
+        fn rate(&self, share: f64, k: u64) -> f64 {
+            // +-2% deterministic noise.
+            let noise = 1.0 + 0.02 * (((k * 7919) % 11) as f64 / 5.0 - 1.0);
+            noise / (self.tau0 + self.w / share)
+        }
+    }
+
+    fn view(cell: &str, share: f64, rate: f64, target: f64, slope: f64) -> CellView {
+        CellView {
+            cell: cell.into(),
+            share,
+            rate,
+            target_rate: target,
+            floor: 0.05,
+            ceiling: 1.9,
+            slope,
+        }
+    }
+
+    /// Runs `rounds` rounds of the policy against `plants`; returns the last allocations.
+    fn run(
+        pacora: &mut Pacora,
+        plants: &[(&str, &Plant, f64, f64)],
+        shares: &mut [f64],
+        rounds: u64,
+        from: u64,
+    ) -> Vec<Allocation> {
+        let mut last = Vec::new();
+        for k in from..from + rounds {
+            let views: Vec<CellView> = plants
+                .iter()
+                .zip(shares.iter())
+                .map(|((c, p, target, slope), &s)| view(c, s, p.rate(s, k), *target, *slope))
+                .collect();
+            last = pacora.decide(&views);
+            for (s, a) in shares.iter_mut().zip(&last) {
+                *s = a.share;
+            }
+        }
+        last
+    }
+
+    #[test]
+    fn cells_that_fit_get_just_what_meets_their_targets() {
+        // Encoder: 2 ms fixed + 12 ms per hart (a frame at 0.4 harts takes 32 ms); target
+        // 30 fps. Indexer: 50 ms per hart, target 10/s. Plenty of pool (1.8 harts).
+        let enc = Plant {
+            tau0: 0.002,
+            w: 0.012,
+        };
+        let idx = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig::default());
+        let mut shares = [0.9, 0.9];
+        let last = run(
+            &mut p,
+            &[("enc", &enc, 30.0, 1.0), ("idx", &idx, 10.0, 1.0)],
+            &mut shares,
+            12,
+            0,
+        );
+        assert!(last.iter().all(|a| a.reason == "meets-target"), "{last:?}");
+        // The least shares with 10% margin: enc 0.012 / (1/33 - 0.002) = 0.421, idx 0.55.
+        assert!((shares[0] - 0.421).abs() < 0.03, "{shares:?}");
+        assert!((shares[1] - 0.55).abs() < 0.03, "{shares:?}");
+        // Both hold their targets with what they were given, and less is reserved than before.
+        assert!(enc.rate(shares[0], 0) >= 30.0 && idx.rate(shares[1], 0) >= 10.0);
+        assert!(shares.iter().sum::<f64>() < 1.8);
+    }
+
+    #[test]
+    fn an_overloaded_pool_is_split_where_the_penalties_trade_off() {
+        // Two identical cells that each need 0.55 harts for their target; the pool is 0.8.
+        // The cell whose lateness costs three times as much gets more.
+        let plant = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(0.8),
+            ..Default::default()
+        });
+        let mut shares = [0.4, 0.4];
+        let last = run(
+            &mut p,
+            &[("a", &plant, 10.0, 3.0), ("b", &plant, 10.0, 1.0)],
+            &mut shares,
+            16,
+            0,
+        );
+        assert!(last.iter().all(|a| a.reason == "trade-off"), "{last:?}");
+        assert!(shares.iter().sum::<f64>() <= 0.8 + 1e-6, "{shares:?}");
+        assert!(shares[0] > shares[1] + 0.05, "{shares:?}");
+        // The optimum of the true problem (Clarabel) within a few percent.
+        let truth = crate::pacora::socp::solve(&Problem {
+            cells: [3.0, 1.0]
+                .iter()
+                .map(|&s| CellDemand {
+                    model: ResponseModel {
+                        tau0: 0.0,
+                        w: vec![0.05],
+                        resources: 1,
+                    },
+                    deadline: 1.0 / 11.0,
+                    slope: s,
+                })
+                .collect(),
+            capacity: vec![0.8],
+        })
+        .unwrap();
+        for (got, want) in shares.iter().zip(&truth.alloc) {
+            assert!(
+                (got - want[0]).abs() < 0.04,
+                "{shares:?} vs {:?}",
+                truth.alloc
+            );
+        }
+    }
+
+    #[test]
+    fn a_phase_change_is_learned_again() {
+        let light = Plant { tau0: 0.0, w: 0.01 };
+        let heavy = Plant { tau0: 0.0, w: 0.02 };
+        let mut p = Pacora::new(PacoraConfig::default());
+        let mut shares = [1.0];
+        run(&mut p, &[("enc", &light, 30.0, 1.0)], &mut shares, 10, 0);
+        assert!((shares[0] - 0.33).abs() < 0.03, "{shares:?}");
+        let last = run(&mut p, &[("enc", &heavy, 30.0, 1.0)], &mut shares, 10, 10);
+        assert_eq!(last[0].reason, "meets-target");
+        assert!((shares[0] - 0.66).abs() < 0.05, "{shares:?}");
+    }
+
+    #[test]
+    fn limits_hold_and_silent_cells_keep_their_share() {
+        let plant = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig::default());
+        for k in 0..10 {
+            let mut v = view("capped", 0.3, plant.rate(0.3, k), 10.0, 1.0);
+            v.ceiling = 0.3;
+            let quiet = view("quiet", 0.2, 0.0, 10.0, 1.0);
+            let out = p.decide(&[v, quiet]);
+            assert!(out[0].share <= 0.3 + 1e-12, "{out:?}");
+            assert_eq!((out[1].share, out[1].reason), (0.2, "no-rate"));
+        }
+    }
+
+    #[test]
+    fn the_pool_is_what_the_cells_brought() {
+        let plant = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig::default());
+        p.decide(&[view("a", 0.5, plant.rate(0.5, 0), 10.0, 1.0)]);
+        assert!((p.capacity() - 0.5).abs() < 1e-12);
+        p.decide(&[
+            view("a", 0.5, plant.rate(0.5, 1), 10.0, 1.0),
+            view("b", 0.3, plant.rate(0.3, 1), 10.0, 1.0),
+        ]);
+        assert!((p.capacity() - 0.8).abs() < 1e-12);
+        // b leaves holding 0.3: what it brought, so the pool is a's again.
+        p.decide(&[view("a", 0.5, plant.rate(0.5, 2), 10.0, 1.0)]);
+        assert!((p.capacity() - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        for c in [
+            PacoraConfig {
+                capacity: Some(-1.0),
+                ..Default::default()
+            },
+            PacoraConfig {
+                margin: 2.0,
+                ..Default::default()
+            },
+            PacoraConfig {
+                explore: 0.0,
+                ..Default::default()
+            },
+            PacoraConfig {
+                keep: 1,
+                ..Default::default()
+            },
+        ] {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+        assert!(PacoraConfig::default().validate().is_ok());
+    }
+}
