@@ -265,10 +265,20 @@ impl Loader {
                     });
                 }
                 BoxKind::Object => {
+                    // Pd hands an object its `\,` and `\;` as separator atoms; expr's text needs
+                    // them (function arguments, one outlet per expression), others drop them.
+                    let is_expr = matches!(
+                        b.tokens.first(),
+                        Some(Token::Atom(Atom::Symbol(s))) if s == "expr" || s == "expr~"
+                    );
                     let atoms: Vec<Atom> = b
                         .tokens
                         .iter()
-                        .filter_map(|t| token_atom(t, args, dz))
+                        .filter_map(|t| match t {
+                            Token::Comma if is_expr => Some(Atom::Symbol(",".into())),
+                            Token::Semi if is_expr => Some(Atom::Symbol(";".into())),
+                            t => token_atom(t, args, dz),
+                        })
                         .collect();
                     let Some(class) = atoms.first().map(|a| a.to_string()) else {
                         refs.push(BoxRef::None); // an empty box: Pd keeps it as text

@@ -2,13 +2,14 @@
 //! object from its box text. Control objects live in [`control`]; signal objects by the Pd
 //! source file they follow (`osc` = d_osc.c, `filter` = d_filter.c, `ctl` = d_ctl.c,
 //! `math` = d_math.c and d_arithmetic.c, `delay` = d_delay.c, `global` = d_global.c,
-//! `array` = d_array.c).
+//! `array` = d_array.c, `expr` = x_vexp*.c).
 
 pub mod array;
 pub mod control;
 pub mod conv;
 pub mod ctl;
 pub mod delay;
+pub mod expr;
 pub mod filter;
 pub mod global;
 pub mod math;
@@ -218,6 +219,9 @@ pub fn create(
     if let Some(o) = midi::create(class, args) {
         return Ok(o);
     }
+    if let Some(o) = expr::create(class, args)? {
+        return Ok(o);
+    }
     Err(CreateError::Unknown(class.to_string()))
 }
 
@@ -302,4 +306,6 @@ pub const CLASSES: &[&str] = &[
     "tess~conv",
     "notein",
     "ctlin",
+    "expr",
+    "expr~",
 ];
