@@ -390,9 +390,18 @@ impl<C: Cells> Broker<C> {
     /// allocation is decided for all together, and changes are applied lowerings first, so that
     /// tessd's admission sees the harts given back before the ones taken.
     fn decide_all(&mut self, now: u64) {
+        let names: Vec<String> = self.brokered.iter().map(|b| b.cell.clone()).collect();
+        self.pacora
+            .retain(&names.iter().map(String::as_str).collect::<Vec<_>>());
+        let period = self.config.period.as_nanos() as u64;
         let mut views = Vec::new();
         let mut targets = Vec::new();
         for i in 0..self.brokered.len() {
+            // A cell registered moments ago would give a rate over a sliver of a period: it
+            // waits for the next round.
+            if now.saturating_sub(self.brokered[i].last_decision_ns) < period / 2 {
+                continue;
+            }
             let rate = self.measure(i, now);
             if let Ok(t) = self.brokerable(i, rate) {
                 views.push(CellView {
@@ -427,6 +436,8 @@ impl<C: Cells> Broker<C> {
                 record(b, *rate, t.current, t.current, a.reason, note);
             } else {
                 self.apply(*i, t, *rate, a.share, a.reason, note);
+                let b = &self.brokered[*i];
+                self.pacora.applied(&b.cell, b.status.share);
             }
         }
     }

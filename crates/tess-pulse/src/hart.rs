@@ -67,6 +67,10 @@ pub(crate) struct HartState {
     pub(crate) cpu: usize,
     pub(crate) timer: AtomicPtr<libc::c_void>,
     pub(crate) timer_armed: AtomicBool,
+    /// The runtime's doorbell as it was before the scheduler last looked for work: an idle
+    /// wait sleeps only if nothing rang since (a ring between the look and the wait would
+    /// otherwise be lost, for up to a whole idle wait).
+    pub(crate) doorbell_seen: std::sync::atomic::AtomicU32,
     pub(crate) period_ns: u64,
     pub(crate) next_expiry_ns: AtomicU64,
     /// The preempting tick in flight: its expiry, handler entry, trampoline entry (0 = none).
@@ -142,6 +146,7 @@ impl HartState {
             cpu,
             timer: AtomicPtr::new(std::ptr::null_mut()),
             timer_armed: AtomicBool::new(false),
+            doorbell_seen: std::sync::atomic::AtomicU32::new(0),
             period_ns,
             next_expiry_ns: AtomicU64::new(u64::MAX),
             tick_expiry_ns: AtomicU64::new(0),
@@ -346,6 +351,7 @@ unsafe extern "C" fn sched_main(hart: usize, _: usize) -> ! {
     }
     h.mark_sched_start();
     let shared = h.shared();
+    shared.note_doorbell(h);
     let reason = h.reason();
     let cur = h.current.load(Ordering::Relaxed);
     h.current.store(std::ptr::null_mut(), Ordering::Relaxed);
@@ -392,6 +398,7 @@ unsafe extern "C" fn sched_main(hart: usize, _: usize) -> ! {
 unsafe fn idle_loop(h: &HartState) -> ! {
     loop {
         sched_ctx_done(h);
+        h.shared().note_doorbell(h);
         h.shared().callbacks.enter(h);
     }
 }

@@ -224,9 +224,16 @@ impl Shared {
         }
     }
 
-    /// Waits until the doorbell rings, the next sleeper is due, or one tick passes.
+    /// Takes the doorbell's value before the scheduler looks for work ([`Self::idle_wait`]).
+    pub(crate) fn note_doorbell(&self, h: &HartState) {
+        h.doorbell_seen
+            .store(self.doorbell.load(Ordering::Acquire), Ordering::Relaxed);
+    }
+
+    /// Waits until the doorbell rings (or rang since the scheduler last looked for work), the
+    /// next sleeper is due, a kick comes, or the longest idle wait (one tick in a cell) passes.
     pub(crate) fn idle_wait(&self, h: &HartState) {
-        let seen = self.doorbell.load(Ordering::Acquire);
+        let seen = h.doorbell_seen.load(Ordering::Relaxed);
         if self.finished() {
             return;
         }
@@ -245,7 +252,8 @@ impl Shared {
         if wait_ns == 0 {
             return;
         }
-        // Tickless idle: a wait longer than a tick stops the periodic timer, so an idle hart is
+        // Tickless idle (standalone harts; in a cell the wait is at most a tick): a wait
+        // longer than a tick stops the periodic timer, so an idle hart is
         // not woken every period for nothing. That matters beyond the CPU it saves: a hart
         // that is a SCHED_DEADLINE reservation is re-judged by the kernel's wake-up rule at
         // every wake-up, which drifts the reservation's period away from the releases that
@@ -298,7 +306,12 @@ impl Shared {
             (*t).next = *link;
             *link = t;
         }
+        let new_head = l.head == t;
         self.sleeping.fetch_add(1, Ordering::AcqRel);
+        if new_head {
+            // An idle hart waits until the old first sleeper's time: have it look again.
+            self.ring();
+        }
         let word = l.into_raw();
         // SAFETY: ticks are off (caller); the sleep list lock is released once t is saved.
         unsafe { hart::suspend_current(h, hart::Reason::Block, Some(word)) };

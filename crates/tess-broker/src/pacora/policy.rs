@@ -177,11 +177,18 @@ impl Pacora {
         }
     }
 
-    /// One decision round over `views` (the cells brokered now). Returns one allocation per view,
-    /// in the same order.
+    /// Records that `cell` now holds `share` (tessd applied a decision), so that the pool gets
+    /// back what it holds if it leaves.
+    pub fn applied(&mut self, cell: &str, share: f64) {
+        if let Some(c) = self.cells.get_mut(cell) {
+            c.last_share = share;
+        }
+    }
+
+    /// One decision round over `views` (the cells decided now; cells brokered but not decided
+    /// this round keep their samples until [`Pacora::retain`] drops them). Returns one
+    /// allocation per view, in the same order.
     pub fn decide(&mut self, views: &[CellView]) -> Vec<Allocation> {
-        let names: Vec<&str> = views.iter().map(|v| v.cell.as_str()).collect();
-        self.retain(&names);
         for v in views {
             let st = self
                 .cells
@@ -195,8 +202,10 @@ impl Pacora {
         }
         let capacity = self.capacity();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
-        // Learning and silent cells first: what they take comes off the pool.
+        // Learning and silent cells first: what they take comes off the pool. A learning cell
+        // raises only into what the cells do not hold now.
         let mut left = capacity;
+        let mut free = (capacity - views.iter().map(|v| v.share).sum::<f64>()).max(0.0);
         let mut modelled = Vec::new();
         for (i, v) in views.iter().enumerate() {
             let st = &self.cells[&v.cell];
@@ -212,7 +221,8 @@ impl Pacora {
                     });
                 }
                 None => {
-                    let share = learning_step(v, &self.config);
+                    let share = learning_step(v, &self.config, free);
+                    free = (free - (share - v.share).max(0.0)).max(0.0);
                     left -= share;
                     out[i] = Some(Allocation {
                         cell: v.cell.clone(),
@@ -327,8 +337,9 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
 
 /// Where a cell without a model goes next: the share the one-point model `tau = w / a`
 /// through its last period predicts for the target with margin, moved at least `explore` so
-/// that the next sample can be learned from.
-fn learning_step(v: &CellView, cfg: &PacoraConfig) -> f64 {
+/// that the next sample can be learned from, raised by at most `free` harts.
+fn learning_step(v: &CellView, cfg: &PacoraConfig, free: f64) -> f64 {
+    let ceiling = v.ceiling.min(v.share + free).max(v.floor.min(v.share));
     let want = v.share * v.target_rate * (1.0 + cfg.margin) / v.rate;
     let min_move = v.share * cfg.explore;
     let mut next = if (want - v.share).abs() >= min_move {
@@ -338,15 +349,15 @@ fn learning_step(v: &CellView, cfg: &PacoraConfig) -> f64 {
     } else {
         v.share - min_move
     };
-    next = next.clamp(v.floor, v.ceiling);
+    next = next.clamp(v.floor.min(ceiling), ceiling);
     if (next - v.share).abs() < min_move / 2.0 {
         // Pinned against a limit: move the other way to learn.
-        next = if v.share + min_move <= v.ceiling {
+        next = if v.share + min_move <= ceiling {
             v.share + min_move
         } else {
             v.share - min_move
         }
-        .clamp(v.floor, v.ceiling);
+        .clamp(v.floor.min(ceiling), ceiling);
     }
     next
 }
@@ -515,9 +526,30 @@ mod tests {
             view("b", 0.3, plant.rate(0.3, 1), 10.0, 1.0),
         ]);
         assert!((p.capacity() - 0.8).abs() < 1e-12);
-        // b leaves holding 0.3: what it brought, so the pool is a's again.
-        p.decide(&[view("a", 0.5, plant.rate(0.5, 2), 10.0, 1.0)]);
-        assert!((p.capacity() - 0.5).abs() < 1e-12);
+        // b was raised to 0.4 and leaves: the pool is a's 0.5 less the 0.1 b took with it.
+        p.applied("b", 0.4);
+        p.retain(&["a"]);
+        assert!((p.capacity() - 0.4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn learning_raises_only_into_the_free_pool() {
+        // Pool 0.6 held whole by two cells below their targets: a learning cell that wants more
+        // than the pool has left moves down to learn instead of overbooking it.
+        let plant = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(0.6),
+            ..Default::default()
+        });
+        let out = p.decide(&[
+            view("a", 0.3, plant.rate(0.3, 0), 10.0, 1.0),
+            view("b", 0.3, plant.rate(0.3, 0), 10.0, 1.0),
+        ]);
+        assert!(out.iter().all(|a| a.reason == "learning"), "{out:?}");
+        assert!(
+            out.iter().map(|a| a.share).sum::<f64>() <= 0.6 + 1e-9,
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@
 //! none past the first, and each thread pre-rolls (decodes the IDR untimed, as a player does
 //! before its clock starts). A run longer than the clip loops back to the IDR, a spike that is
 //! measured like any frame. The figures `cost_<s>_p50_ms`, `_p99_ms`, `_max_ms` give the
-//! spread of per-frame decode cost alone.
+//! spread of per-frame decode cost alone over the played frames, `cost_<s>_idr_ms` the IDR's.
 //!
 //! **Schedule.** Both streams release frame `k` at `T + k * period` from one instant `T` under
 //! every scheduler (Pulse EDF threads join that time base with `tess_pulse::edf::release_at`).
@@ -165,9 +165,10 @@ struct Raw {
     dl_pinned: bool,
     /// Mean decode cost per frame alone, ns, per stream.
     cost_ns: Vec<f64>,
-    /// Per stream: (p50, p99, max) of the per-frame decode cost alone, ns.
+    /// Per stream: (p50, p99, max) of the per-frame decode cost alone over the frames that
+    /// are played (all but the IDR, which is pre-rolled), and the IDR's cost, ns.
     #[serde(default)]
-    cost_spread_ns: Vec<[f64; 3]>,
+    cost_spread_ns: Vec<[f64; 4]>,
     demand: f64,
     capacity: f64,
     /// Per variant (VARIANTS order), per stream (STREAMS order): latencies in ns.
@@ -362,12 +363,13 @@ fn calibrate(units: &Units) -> anyhow::Result<Vec<u64>> {
     Ok(costs)
 }
 
-/// The spread of per-frame costs: (p50, p99, max) in ns.
-fn cost_spread(costs: &[u64]) -> [f64; 3] {
-    let mut v = costs.to_vec();
+/// The spread of per-frame costs, ns: p50, p99 and max of the played frames (all but the
+/// first, the IDR), and the first's.
+fn cost_spread(costs: &[u64]) -> [f64; 4] {
+    let mut v = costs[1..].to_vec();
     v.sort_unstable();
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64;
-    [at(0.5), at(0.99), at(1.0)]
+    [at(0.5), at(0.99), at(1.0), costs[0] as f64]
 }
 
 /// How a decode thread waits for its next release.
@@ -1011,6 +1013,7 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
         r.figure(format!("cost_{}_p50_ms", s.name), spread[0] / 1e6);
         r.figure(format!("cost_{}_p99_ms", s.name), spread[1] / 1e6);
         r.figure(format!("cost_{}_max_ms", s.name), spread[2] / 1e6);
+        r.figure(format!("cost_{}_idr_ms", s.name), spread[3] / 1e6);
     }
     r.figure("demand", raw.demand);
     r.figure("capacity", raw.capacity);

@@ -256,7 +256,12 @@ struct Parser<'a> {
     toks: &'a [Tok],
     pos: usize,
     prog: &'a mut Program,
+    /// Nesting of unary operators and parentheses (bounded: the parser recurses).
+    depth: usize,
 }
+
+/// Deepest nesting of parentheses and unary operators accepted.
+const MAX_DEPTH: usize = 200;
 
 /// Binary operators by C precedence, loosest first.
 const LEVELS: [&[(&str, Bin)]; 10] = [
@@ -324,6 +329,16 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<usize, String> {
+        self.depth += 1;
+        let r = self.unary_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn unary_inner(&mut self) -> Result<usize, String> {
+        if self.depth > MAX_DEPTH {
+            return Err(format!("nested more than {MAX_DEPTH} deep"));
+        }
         let un = match self.peek_op() {
             Some("-") => Some(Un::Neg),
             Some("!") => Some(Un::Not),
@@ -398,6 +413,7 @@ fn compile(text: &str) -> Result<Program, String> {
             toks: &toks,
             pos: 0,
             prog: &mut prog,
+            depth: 0,
         };
         let root = p.binary(0)?;
         if p.pos != toks.len() {
@@ -415,24 +431,30 @@ fn bin_scalar(op: Bin, a: Sc, b: Sc) -> Sc {
         Sc::Int(i) => i,
         Sc::Flt(f) => f as i64,
     };
+    // Pd casts the operands of the integer operators to C's `int`.
+    let i32_of = |x: Sc| match x {
+        Sc::Int(i) => i as i32,
+        Sc::Flt(f) => f as i32,
+    };
     let both_int = matches!((a, b), (Sc::Int(_), Sc::Int(_)));
     // Operators that work on integers keep the operands' type for the result.
-    let int_op = |r: i64| {
+    let int_op = |r: i32| {
         if both_int {
-            Sc::Int(r)
+            Sc::Int(r as i64)
         } else {
             Sc::Flt(r as f32)
         }
     };
+    let (x32, y32) = (i32_of(a), i32_of(b));
     match op {
-        Mod => int_op(if ia(b) != 0 { ia(a) % ia(b) } else { 0 }),
-        Shl => int_op(ia(a).wrapping_shl(ia(b) as u32)),
-        Shr => int_op(ia(a).wrapping_shr(ia(b) as u32)),
-        And => int_op(ia(a) & ia(b)),
-        Xor => int_op(ia(a) ^ ia(b)),
-        Or => int_op(ia(a) | ia(b)),
-        LAnd => int_op((ia(a) != 0 && ia(b) != 0) as i64),
-        LOr => int_op((ia(a) != 0 || ia(b) != 0) as i64),
+        Mod => int_op(if y32 != 0 { x32.wrapping_rem(y32) } else { 0 }),
+        Shl => int_op(x32.wrapping_shl(y32 as u32)),
+        Shr => int_op(x32.wrapping_shr(y32 as u32)),
+        And => int_op(x32 & y32),
+        Xor => int_op(x32 ^ y32),
+        Or => int_op(x32 | y32),
+        LAnd => int_op((x32 != 0 && y32 != 0) as i32),
+        LOr => int_op((x32 != 0 || y32 != 0) as i32),
         _ if both_int => {
             let (x, y) = (ia(a), ia(b));
             Sc::Int(match op {
@@ -483,7 +505,7 @@ fn bin_f32(op: Bin, x: f32, y: f32) -> f32 {
         Mod => {
             let d = y as i32;
             if d != 0 {
-                ((x as i32) % d) as f32
+                (x as i32).wrapping_rem(d) as f32
             } else {
                 0.0
             }
@@ -500,7 +522,7 @@ fn bin_f32(op: Bin, x: f32, y: f32) -> f32 {
 
 fn un_scalar(op: Un, a: Sc) -> Sc {
     match (op, a) {
-        (Un::Neg, Sc::Int(i)) => Sc::Int(-i),
+        (Un::Neg, Sc::Int(i)) => Sc::Int(i.wrapping_neg()),
         (Un::Neg, Sc::Flt(f)) => Sc::Flt(-f),
         (Un::Not, Sc::Int(i)) => Sc::Int((i == 0) as i64),
         (Un::Not, Sc::Flt(f)) => Sc::Flt((f == 0.0) as i32 as f32),
@@ -569,8 +591,10 @@ fn call_scalar(f: Fun, args: &[Sc]) -> Sc {
         }
         (Fun::Min, Sc::Int(x), Sc::Int(y)) => Sc::Int(x.min(y)),
         (Fun::Max, Sc::Int(x), Sc::Int(y)) => Sc::Int(x.max(y)),
-        (Fun::Abs, Sc::Int(x), _) => Sc::Int(x.abs()),
-        (Fun::Int, _, _) => Sc::Int(a.d() as i64),
+        (Fun::Abs, Sc::Int(x), _) => Sc::Int(x.wrapping_abs()),
+        // `int` truncates and keeps the type (a float stays a float, as in Pd).
+        (Fun::Int, Sc::Int(_), _) => a,
+        (Fun::Int, Sc::Flt(f), _) => Sc::Flt(f.trunc()),
         _ => Sc::Flt(fun_f64(f, a.d(), b.d())),
     }
 }
@@ -650,7 +674,9 @@ impl Machine {
                         args.get(j).map_or(Val::S(Sc::Int(0)), |&c| val(c))
                     });
                     if !prog.vector[k] {
-                        let s: Vec<Sc> = args.iter().map(|&c| self.scalars[c]).collect();
+                        let s: [Sc; 3] = std::array::from_fn(|j| {
+                            args.get(j).map_or(Sc::Int(0), |&c| self.scalars[c])
+                        });
                         self.scalars[k] = call_scalar(*f, &s);
                     } else if *f == Fun::If {
                         for (i, o) in out.iter_mut().enumerate() {
@@ -681,7 +707,13 @@ impl Machine {
 /// Joins the box's atoms into the expression text, as Pd's expr does.
 fn text_of(args: &[Atom]) -> String {
     args.iter()
-        .map(|a| a.to_string())
+        .map(|a| match a {
+            // As Pd's %g writes them: small whole numbers as integers, the rest as floats
+            // (with an exponent where %g uses one, so that the lexer reads them as floats).
+            Atom::Float(f) if f.fract() == 0.0 && f.abs() < 1e6 => format!("{}", *f as i64),
+            Atom::Float(f) if f.abs() >= 1e6 => format!("{f:e}"),
+            a => a.to_string(),
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -881,7 +913,12 @@ mod tests {
         assert_eq!(eval("!0 + ~0", &[]), Sc::Int(0));
         assert_eq!(eval("$f1 * 2", &[1.5]), Sc::Flt(3.0));
         assert_eq!(eval("$i1 * 2", &[1.5]), Sc::Int(2));
-        assert_eq!(eval("int(2.7) + 1", &[]), Sc::Int(3));
+        assert_eq!(eval("int(2.7) + 1", &[]), Sc::Flt(3.0));
+        assert_eq!(eval("int(7.5) / 2", &[]), Sc::Flt(3.5));
+        assert_eq!(eval("int(7) / 2", &[]), Sc::Int(3));
+        assert_eq!(eval("1 << 40", &[]), Sc::Int(256));
+        assert_eq!(eval("$f1 % -1", &[-1e19]), Sc::Flt(0.0));
+        assert_eq!(eval("1e20 * 0", &[]), Sc::Flt(0.0));
         assert_eq!(eval("if($f1 > 1, 10, 20)", &[2.0]), Sc::Int(10));
         assert_eq!(eval("min(3, 2)", &[]), Sc::Int(2));
         assert_eq!(eval("rint(2.5) + rint(3.5)", &[]), Sc::Flt(6.0));
@@ -930,6 +967,8 @@ mod tests {
             ("1 2", "after the expression"),
             ("$v0", "count from 1"),
             ("1 ;", "empty expression"),
+            (&"(".repeat(5000), "nested"),
+            (&"-".repeat(5000), "nested"),
         ] {
             let e = compile(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
