@@ -14,12 +14,20 @@
 //! integers. Functions compute in double through the C library and round to float, as Pd's
 //! do. `if(c, a, b)` picks per sample for signals.
 //!
-//! Not supported, each a clear error at creation: table access (`name[i]`, `$s1[i]`), the
-//! assignment operator `=`, `random` (Pd's own generator), `$x` and `$y` (those belong to
+//! Tables: `name[i]` reads array `name`, `$sN[i]` the array whose name was last sent to inlet
+//! N as a symbol; the index is truncated and clamped into the array, and a missing array
+//! reads 0 (Pd posts "no such table"). A signal index reads 0 too, as in Pd 0.53, which
+//! refuses it ("bad argument for table"; `tabread~` reads an array at signal rate).
+//!
+//! Not supported, each a clear error at creation: the assignment operator `=`, `random` (Pd's own generator), `$x` and `$y` (those belong to
 //! `fexpr~`, a different object).
 
 use super::{CreateError, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
+use crate::shared::Shared;
+use std::sync::{Arc, RwLock};
+
+type Array = Arc<RwLock<Vec<f32>>>;
 
 /// A scalar value with Pd's type.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -151,6 +159,8 @@ enum Node {
     Unary(Un, usize),
     Binary(Bin, usize, usize),
     Call(Fun, Vec<usize>),
+    /// Read of table slot `.0` ([`Program::tables`]) at the index node `.1`.
+    Table(usize, usize),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -159,12 +169,35 @@ enum Tok {
     Var(char, usize),
     Ident(String),
     Op(&'static str),
+    /// `name[` or `$sN[`: a table read, its index follows up to `]`.
+    Table(TableName),
 }
 
-const OPS: [&str; 24] = [
+/// The table a read names: fixed in the text, or the symbol last sent to an inlet (`$sN`).
+#[derive(Debug, Clone, PartialEq)]
+enum TableName {
+    Named(String),
+    Inlet(usize),
+}
+
+const OPS: [&str; 25] = [
     "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "+", "-", "*", "/", "%", "<", ">", "&", "^",
-    "|", "!", "~", "(", ")", ",", "=",
+    "|", "!", "~", "(", ")", ",", "=", "]",
 ];
+
+/// Skips spaces from `i`; whether `[` comes next (then past it).
+fn opens_index(b: &[u8], i: &mut usize) -> bool {
+    let mut j = *i;
+    while j < b.len() && b[j].is_ascii_whitespace() {
+        j += 1;
+    }
+    if b.get(j) == Some(&b'[') {
+        *i = j + 1;
+        true
+    } else {
+        false
+    }
+}
 
 fn lex(text: &str) -> Result<Vec<Tok>, String> {
     let b = text.as_bytes();
@@ -214,21 +247,27 @@ fn lex(text: &str) -> Result<Vec<Tok>, String> {
             if n == 0 || n > MAX_INLETS {
                 return Err(format!("${kind}{n}: inlets count from 1"));
             }
+            i = j;
             match kind {
                 'v' | 'f' | 'i' => out.push(Tok::Var(kind, n - 1)),
-                's' => return Err("table access ($s) is not supported".into()),
+                's' if opens_index(b, &mut i) => out.push(Tok::Table(TableName::Inlet(n - 1))),
+                's' => return Err(format!("$s{n} names a table: read it as $s{n}[index]")),
                 'x' | 'y' => return Err(format!("${kind} belongs to fexpr~, not supported")),
                 _ => return Err(format!("unknown variable ${kind}{n}")),
             }
-            i = j;
         } else if c.is_ascii_alphabetic() || c == '_' {
             let start = i;
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
             }
-            out.push(Tok::Ident(text[start..i].to_string()));
-        } else if c == '[' || c == ']' {
-            return Err("table access (name[index]) is not supported".into());
+            let name = text[start..i].to_string();
+            if opens_index(b, &mut i) {
+                out.push(Tok::Table(TableName::Named(name)));
+            } else {
+                out.push(Tok::Ident(name));
+            }
+        } else if c == '[' {
+            return Err("'[' without a table name".into());
         } else if let Some(op) = OPS.iter().find(|op| text[i..].starts_with(**op)) {
             if *op == "=" {
                 return Err("the assignment operator '=' is not supported".into());
@@ -250,6 +289,8 @@ struct Program {
     roots: Vec<usize>,
     /// Whether each node depends on a signal (its value is a vector).
     vector: Vec<bool>,
+    /// The tables read, one slot each.
+    tables: Vec<TableName>,
 }
 
 struct Parser<'a> {
@@ -290,6 +331,7 @@ impl Parser<'_> {
             Node::Unary(_, a) => self.prog.vector[*a],
             Node::Binary(_, a, b) => self.prog.vector[*a] || self.prog.vector[*b],
             Node::Call(_, args) => args.iter().any(|&a| self.prog.vector[a]),
+            Node::Table(_, i) => self.prog.vector[*i],
         };
         self.prog.nodes.push(n);
         self.prog.vector.push(v);
@@ -395,6 +437,18 @@ impl Parser<'_> {
                     ));
                 }
                 Ok(self.push(Node::Call(fun, args)))
+            }
+            Tok::Table(name) => {
+                let index = self.binary(0)?;
+                self.expect("]")?;
+                let slot = match self.prog.tables.iter().position(|t| *t == name) {
+                    Some(k) => k,
+                    None => {
+                        self.prog.tables.push(name);
+                        self.prog.tables.len() - 1
+                    }
+                };
+                Ok(self.push(Node::Table(slot, index)))
             }
             Tok::Op(o) => Err(format!("unexpected '{o}'")),
         }
@@ -627,7 +681,7 @@ impl Machine {
 
     /// Evaluates every node in arena order (children first). `sig(k)` is signal inlet k's
     /// block, `ctl[k]` float inlet k's value.
-    fn run(&mut self, prog: &Program, sig: &[&[f32]], ctl: &[f32]) {
+    fn run(&mut self, prog: &Program, sig: &[&[f32]], ctl: &[f32], tables: &[Option<Array>]) {
         for k in 0..prog.nodes.len() {
             let scalars = &self.scalars;
             let val = |c: usize| {
@@ -669,6 +723,25 @@ impl Machine {
                         }
                     }
                 },
+                Node::Table(slot, index) => {
+                    let guard = tables
+                        .get(*slot)
+                        .and_then(Option::as_ref)
+                        .map(|a| a.read().unwrap_or_else(|e| e.into_inner()));
+                    let data: &[f32] = guard.as_deref().map_or(&[], Vec::as_slice);
+                    // Pd truncates the index and clamps it into the table; no table reads 0.
+                    let at = |i: i64| match data.len() {
+                        0 => 0.0,
+                        n => data[i.clamp(0, n as i64 - 1) as usize],
+                    };
+                    match val(*index) {
+                        Val::S(Sc::Int(i)) => self.scalars[k] = Sc::Flt(at(i)),
+                        Val::S(Sc::Flt(f)) => self.scalars[k] = Sc::Flt(at(f as i64)),
+                        // Pd 0.53 refuses a signal index ("bad argument for table") and
+                        // reads 0: tabread~ is the object for that.
+                        Val::V(_) => out.fill(0.0),
+                    }
+                }
                 Node::Call(f, args) => {
                     let vals: [Val; 3] = std::array::from_fn(|j| {
                         args.get(j).map_or(Val::S(Sc::Int(0)), |&c| val(c))
@@ -728,6 +801,10 @@ fn inlets(prog: &Program, dsp: bool) -> Result<Vec<Port>, String> {
         let (k, p) = match n {
             Node::Sig(k) => (*k, Port::Signal),
             Node::Ctl(k, _) => (*k, Port::Control),
+            Node::Table(slot, _) => match prog.tables[*slot] {
+                TableName::Inlet(k) => (k, Port::Control),
+                TableName::Named(_) => continue,
+            },
             _ => continue,
         };
         if ports.len() <= k {
@@ -760,95 +837,141 @@ fn inlets(prog: &Program, dsp: bool) -> Result<Vec<Port>, String> {
         .collect())
 }
 
-/// `expr~`.
+/// What `expr` and `expr~` share: the program, its inlets' values and its tables.
 #[derive(Debug)]
-pub struct ExprTilde {
+struct State {
     prog: Program,
     ins: Vec<Port>,
     /// Per inlet: its float (a control inlet's value, a signal inlet's scalar).
     floats: Vec<f32>,
+    /// Per inlet: the table name it was sent (`$sN`).
+    names: Vec<Option<String>>,
+    /// Per table slot: the array, once found.
+    arrays: Vec<Option<Array>>,
     machine: Machine,
 }
 
+impl State {
+    fn new(prog: Program, ins: Vec<Port>) -> State {
+        let mut machine = Machine::default();
+        machine.prepare(&prog, 1);
+        State {
+            floats: vec![0.0; ins.len()],
+            names: vec![None; ins.len()],
+            arrays: vec![None; prog.tables.len()],
+            prog,
+            ins,
+            machine,
+        }
+    }
+
+    /// Finds the arrays the tables name now (a missing one reads as 0, as Pd's does after
+    /// its "no such table" error).
+    fn resolve(&mut self, shared: &Shared) {
+        for (slot, t) in self.prog.tables.iter().enumerate() {
+            let name = match t {
+                TableName::Named(n) => Some(n.as_str()),
+                TableName::Inlet(k) => self.names.get(*k).and_then(|n| n.as_deref()),
+            };
+            self.arrays[slot] = name.and_then(|n| shared.array(n));
+        }
+    }
+
+    /// A float or a table name at `inlet`.
+    fn take(&mut self, inlet: usize, msg: &Msg, cx: &Cx<'_>) {
+        match msg.selector.as_str() {
+            "float" => {
+                if let Some(f) = self.floats.get_mut(inlet) {
+                    *f = msg.f(0);
+                }
+            }
+            "symbol" => {
+                if let Some(n) = self.names.get_mut(inlet) {
+                    *n = msg.args.first().map(|a| a.to_string());
+                    self.resolve(cx.shared);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `expr~`.
+#[derive(Debug)]
+pub struct ExprTilde(State);
+
 impl PdObject for ExprTilde {
     fn ports(&self) -> (Vec<Port>, Vec<Port>) {
-        (self.ins.clone(), vec![Port::Signal; self.prog.roots.len()])
+        (
+            self.0.ins.clone(),
+            vec![Port::Signal; self.0.prog.roots.len()],
+        )
     }
-    fn message(&mut self, inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
-        if msg.selector == "float" {
-            if let Some(f) = self.floats.get_mut(inlet) {
-                *f = msg.f(0);
-            }
-        }
+    fn message(&mut self, inlet: usize, msg: &Msg, cx: &mut Cx<'_>) {
+        self.0.take(inlet, msg, cx);
     }
     fn is_dsp(&self) -> bool {
         true
     }
     fn signal_scalar(&self, inlet: usize) -> f32 {
-        self.floats.get(inlet).copied().unwrap_or(0.0)
+        self.0.floats.get(inlet).copied().unwrap_or(0.0)
     }
     fn prepare(&mut self, env: &DspEnv<'_>) {
-        self.machine.prepare(&self.prog, env.block);
+        self.0.machine.prepare(&self.0.prog, env.block);
+        self.0.resolve(env.shared);
     }
     fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
+        let st = &mut self.0;
         // `ins` holds the signal inlets in order; map inlet numbers onto it.
         let mut sig: [&[f32]; MAX_INLETS] = [&[]; MAX_INLETS];
         let mut s = 0;
-        for (k, p) in self.ins.iter().enumerate() {
+        for (k, p) in st.ins.iter().enumerate() {
             if *p == Port::Signal {
                 sig[k] = ins.get(s).copied().unwrap_or(&[]);
                 s += 1;
             }
         }
-        self.machine.run(&self.prog, &sig, &self.floats);
-        for (out, &root) in outs.iter_mut().zip(&self.prog.roots) {
-            if self.prog.vector[root] {
-                out.copy_from_slice(&self.machine.bufs[root]);
+        st.machine.run(&st.prog, &sig, &st.floats, &st.arrays);
+        for (out, &root) in outs.iter_mut().zip(&st.prog.roots) {
+            if st.prog.vector[root] {
+                out.copy_from_slice(&st.machine.bufs[root]);
             } else {
-                out.fill(self.machine.scalars[root].f());
+                out.fill(st.machine.scalars[root].f());
             }
         }
     }
     fn cost_hint_ns(&self) -> u32 {
-        20 + 10 * self.prog.nodes.len() as u32
+        20 + 10 * self.0.prog.nodes.len() as u32
     }
 }
 
 /// `expr`.
 #[derive(Debug)]
-pub struct Expr {
-    prog: Program,
-    ins: Vec<Port>,
-    floats: Vec<f32>,
-    machine: Machine,
-}
+pub struct Expr(State);
 
 impl Expr {
     fn fire(&mut self, cx: &mut Cx<'_>) {
-        self.machine.run(&self.prog, &[], &self.floats);
+        let st = &mut self.0;
+        st.resolve(cx.shared);
+        st.machine.run(&st.prog, &[], &st.floats, &st.arrays);
         // Right to left, as Pd's outlets fire.
-        for (k, &root) in self.prog.roots.iter().enumerate().rev() {
-            cx.out(k, Msg::float(self.machine.scalars[root].f()));
+        for (k, &root) in st.prog.roots.iter().enumerate().rev() {
+            cx.out(k, Msg::float(st.machine.scalars[root].f()));
         }
     }
 }
 
 impl PdObject for Expr {
     fn ports(&self) -> (Vec<Port>, Vec<Port>) {
-        (self.ins.clone(), vec![Port::Control; self.prog.roots.len()])
+        (
+            self.0.ins.clone(),
+            vec![Port::Control; self.0.prog.roots.len()],
+        )
     }
     fn message(&mut self, inlet: usize, msg: &Msg, cx: &mut Cx<'_>) {
-        match msg.selector.as_str() {
-            "float" => {
-                if let Some(f) = self.floats.get_mut(inlet) {
-                    *f = msg.f(0);
-                }
-                if inlet == 0 {
-                    self.fire(cx);
-                }
-            }
-            "bang" if inlet == 0 => self.fire(cx),
-            _ => {}
+        self.0.take(inlet, msg, cx);
+        if inlet == 0 && matches!(msg.selector.as_str(), "float" | "bang") {
+            self.fire(cx);
         }
     }
 }
@@ -867,23 +990,11 @@ pub fn create(class: &str, args: &[Atom]) -> Result<Option<Box<dyn PdObject>>, C
     let text = text_of(args);
     let prog = compile(&text).map_err(|e| bad(format!("{e} in '{text}'")))?;
     let ins = inlets(&prog, dsp).map_err(|e| bad(format!("{e} in '{text}'")))?;
-    let floats = vec![0.0; ins.len()];
-    let mut machine = Machine::default();
-    machine.prepare(&prog, 1);
+    let st = State::new(prog, ins);
     Ok(Some(if dsp {
-        Box::new(ExprTilde {
-            prog,
-            ins,
-            floats,
-            machine,
-        })
+        Box::new(ExprTilde(st))
     } else {
-        Box::new(Expr {
-            prog,
-            ins,
-            floats,
-            machine,
-        })
+        Box::new(Expr(st))
     }))
 }
 
@@ -895,7 +1006,7 @@ mod tests {
         let prog = compile(text).unwrap();
         let mut m = Machine::default();
         m.prepare(&prog, 1);
-        m.run(&prog, &[], ctl);
+        m.run(&prog, &[], ctl, &[]);
         m.scalars[prog.roots[0]]
     }
 
@@ -932,12 +1043,34 @@ mod tests {
         let mut m = Machine::default();
         m.prepare(&prog, 3);
         let x = [0.0f32, 0.5, 1.0];
-        m.run(&prog, &[&x], &[0.0, 2.0]);
+        m.run(&prog, &[&x], &[0.0, 2.0], &[]);
         let y = &m.bufs[prog.roots[0]];
         for (i, &v) in x.iter().enumerate() {
             assert!((y[i] - (v * 2.0 + (v as f64).sin() as f32)).abs() < 1e-7);
         }
         assert_eq!(m.bufs[prog.roots[1]], vec![0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn tables_read_clamped_truncated_and_zero_when_missing() {
+        let prog = compile("t[2.9] + t[-3] * 10 + t[99] * 100 + nope[0] ; $s2[1]").unwrap();
+        assert_eq!(
+            prog.tables,
+            vec![
+                TableName::Named("t".into()),
+                TableName::Named("nope".into()),
+                TableName::Inlet(1)
+            ]
+        );
+        let t: Array = Arc::new(RwLock::new(vec![1.0, 2.0, 3.0, 4.0]));
+        let mut m = Machine::default();
+        m.prepare(&prog, 1);
+        m.run(&prog, &[], &[], &[Some(t.clone()), None, Some(t)]);
+        // t[2] + t[0] * 10 + t[3] * 100 + 0
+        assert_eq!(m.scalars[prog.roots[0]], Sc::Flt(3.0 + 10.0 + 400.0));
+        assert_eq!(m.scalars[prog.roots[1]], Sc::Flt(2.0));
+        let ins = inlets(&prog, false).unwrap();
+        assert_eq!(ins, vec![Port::Control, Port::Control]);
     }
 
     #[test]
@@ -959,8 +1092,9 @@ mod tests {
             ("1 +", "unexpected end"),
             ("foo(1)", "unknown function 'foo'"),
             ("sin(1, 2)", "takes 1"),
-            ("tab[1]", "table access"),
-            ("$s1[0]", "table access"),
+            ("tab[1", "expected ']'"),
+            ("$s1 + 1", "names a table"),
+            ("[1]", "without a table name"),
             ("a = 1", "not supported"),
             ("random(0, 1)", "random"),
             ("(1 + 2", "expected ')'"),
