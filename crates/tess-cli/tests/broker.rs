@@ -105,6 +105,21 @@ fn start_broker(
     (dir, sock, status, broker)
 }
 
+/// `tess broker status [--json] --file STATUS`'s standard output.
+fn broker_status(status: &std::path::Path, json: bool) -> String {
+    let mut args = vec!["broker", "status"];
+    if json {
+        args.push("--json");
+    }
+    let o = Command::new(common::tess_bin())
+        .args(args)
+        .arg("--file")
+        .arg(status)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 #[test]
 #[ignore = "needs root: a private tessd on the real kernel"]
 fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
@@ -135,12 +150,7 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(budget_ns(&d, "fixed"), initial, "a pinned cell changed");
-    let o = Command::new(common::tess_bin())
-        .args(["broker", "status", "--json", "--file"])
-        .arg(&status)
-        .output()
-        .unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s: serde_json::Value = serde_json::from_str(&broker_status(&status, true)).unwrap();
     let cells = s["cells"].as_array().unwrap();
     let find = |name: &str| {
         cells
@@ -163,12 +173,7 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         !reasons.is_empty() && reasons.iter().all(|r| *r == "pinned"),
         "{reasons:?}"
     );
-    let text = Command::new(common::tess_bin())
-        .args(["broker", "status", "--file"])
-        .arg(&status)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = broker_status(&status, false);
     assert!(text.contains("enc") && text.contains("fixed"), "{text}");
     // Each decision period is published (crate tess-stats) under the broker's process: the
     // mean time between beats, a miss when the rate fell below 95% of the target (1/s here,
@@ -217,14 +222,8 @@ fn the_pacora_policy_sizes_cells_through_tessd() {
     }
     // Then each cell is modelled (two samples at shares apart: at the floor, learning moves up
     // by `explore` to get the second) and sized by its model.
-    let read = || -> serde_json::Value {
-        let o = Command::new(common::tess_bin())
-            .args(["broker", "status", "--json", "--file"])
-            .arg(&status)
-            .output()
-            .unwrap();
-        serde_json::from_slice(&o.stdout).unwrap()
-    };
+    let read =
+        || -> serde_json::Value { serde_json::from_str(&broker_status(&status, true)).unwrap() };
     let sized = |s: &serde_json::Value| {
         s["cells"].as_array().is_some_and(|cells| {
             cells.len() == 2
@@ -263,11 +262,6 @@ fn the_pacora_policy_sizes_cells_through_tessd() {
             c["cell"]
         );
     }
-    let text = Command::new(common::tess_bin())
-        .args(["broker", "status", "--file"])
-        .arg(&status)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = broker_status(&status, false);
     assert!(text.contains("policy pacora"), "{text}");
 }

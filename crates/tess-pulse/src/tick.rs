@@ -186,13 +186,7 @@ impl<'a> HartTimer<'a> {
         h.timer.store(id, Ordering::Release);
         let first = now_ns() + h.period_ns;
         h.next_expiry_ns.store(first, Ordering::Release);
-        let spec = libc::itimerspec {
-            it_interval: timespec(h.period_ns),
-            it_value: timespec(first),
-        };
-        // SAFETY: id is our timer; spec is valid.
-        if unsafe { libc::timer_settime(id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) } != 0
-        {
+        if !set_timer(id, first, h.period_ns) {
             let e = std::io::Error::last_os_error();
             // SAFETY: deleting the timer we created.
             unsafe { libc::timer_delete(id) };

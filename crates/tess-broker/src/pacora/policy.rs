@@ -339,27 +339,28 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
 /// through its last period predicts for the target with margin, moved at least `explore` so
 /// that the next sample can be learned from, raised by at most `free` harts.
 fn learning_step(v: &CellView, cfg: &PacoraConfig, free: f64) -> f64 {
-    let ceiling = v.ceiling.min(v.share + free).max(v.floor.min(v.share));
+    // Bounds: the floor, and the ceiling or what the free pool allows above the share (never
+    // below the share itself, which may already sit under the floor).
+    let hi = v.ceiling.min(v.share + free).max(v.floor.min(v.share));
+    let lo = v.floor.min(hi);
+    let step = v.share * cfg.explore;
     let want = v.share * v.target_rate * (1.0 + cfg.margin) / v.rate;
-    let min_move = v.share * cfg.explore;
-    let mut next = if (want - v.share).abs() >= min_move {
-        want
-    } else if want >= v.share {
-        v.share + min_move
+    let towards = if want >= v.share {
+        want.max(v.share + step)
     } else {
-        v.share - min_move
+        want.min(v.share - step)
     };
-    next = next.clamp(v.floor.min(ceiling), ceiling);
-    if (next - v.share).abs() < min_move / 2.0 {
-        // Pinned against a limit: move the other way to learn.
-        next = if v.share + min_move <= ceiling {
-            v.share + min_move
-        } else {
-            v.share - min_move
-        }
-        .clamp(v.floor.min(ceiling), ceiling);
+    let next = towards.clamp(lo, hi);
+    if (next - v.share).abs() >= step / 2.0 {
+        return next;
     }
-    next
+    // Pinned against a limit: move the other way to learn.
+    let other = if v.share + step <= hi {
+        v.share + step
+    } else {
+        v.share - step
+    };
+    other.clamp(lo, hi)
 }
 
 #[cfg(test)]

@@ -758,17 +758,13 @@ fn run_linux(
     collect_streams(rx, first, false)
 }
 
-/// The hart's steal time so far (/proc/stat, in ms): time its virtual CPU was runnable but
-/// the hypervisor ran something else.
+/// The hart's steal time so far, ms (`tess_observe::kernel::hart_times`, from /proc/stat):
+/// time its virtual CPU was runnable but the hypervisor ran something else.
 fn steal_ms(hart: usize) -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(&format!("cpu{hart}")))?;
-    let ticks: f64 = line.split_whitespace().nth(8)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(ticks * 1000.0 / hz)
+    tess_observe::kernel::hart_times()
+        .into_iter()
+        .find(|t| t.hart == hart)
+        .map(|t| t.steal_s * 1e3)
 }
 
 fn num_cpus() -> usize {

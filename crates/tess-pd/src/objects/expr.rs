@@ -599,15 +599,8 @@ fn fun_f64(f: Fun, a: f64, b: f64) -> f32 {
         Fun::Min => a.min(b),
         Fun::Max => a.max(b),
         Fun::Int => a.trunc(),
-        Fun::Rint => {
-            // C's rint: to nearest, ties to even.
-            let r = a.round();
-            if (a - a.trunc()).abs() == 0.5 {
-                2.0 * (a / 2.0).round()
-            } else {
-                r
-            }
-        }
+        // C's rint in the default rounding mode.
+        Fun::Rint => a.round_ties_even(),
         Fun::Float => a,
         Fun::Fmod => a % b,
         Fun::Floor => a.floor(),
@@ -628,6 +621,7 @@ fn fun_f64(f: Fun, a: f64, b: f64) -> f32 {
         Fun::Cosh => a.cosh(),
         Fun::Tanh => a.tanh(),
         Fun::Abs => a.abs(),
+        // Chosen per sample by the callers, never through here.
         Fun::If => a,
     }) as f32
 }
