@@ -28,6 +28,22 @@
 //! explore = 0.2          # a learning cell's smallest move, fraction of its share (default 0.2)
 //! keep = 12              # samples per cell for the fit (default 12)
 //! ```
+//!
+//! With PACORA, network bandwidth is a second resource: a heartbeat named `NAME.net` measures
+//! the cell's network flow, and the broker divides the network service's link among the cells
+//! that beat one (each gets its share as the reservation and the limit of its flow, in Mbit/s):
+//!
+//! ```toml
+//! [network]
+//! service = "net"        # the network service's name at tessd's nameserver (default "net")
+//! capacity = 20.0        # Mbit/s of the link the brokered flows share (required)
+//! margin = 0.25          # flows are sized for target x (1 + margin) (default: [pacora] margin)
+//!
+//! [cells."video.net"]    # limits of cell video's flow, Mbit/s (default floor 0.05, ceiling: capacity)
+//! floor = 0.1
+//! initial = 2.0          # its share until the first decision (default: the floor)
+//! slope = 10
+//! ```
 
 use crate::pacora::policy::PacoraConfig;
 use crate::pota::PotaConfig;
@@ -57,6 +73,9 @@ pub struct CellLimits {
     pub max_margin: Option<f64>,
     /// PACORA: penalty per second of response time over the deadline (default 1).
     pub slope: Option<f64>,
+    /// A flow's share when its heartbeat registers (`[cells."CELL.net"]`, Mbit/s; default:
+    /// its floor).
+    pub initial: Option<f64>,
 }
 
 /// Which policy allocates the brokered cells.
@@ -80,6 +99,24 @@ struct RawPacora {
     keep: Option<usize>,
 }
 
+/// `[network]`: the link the brokered flows share.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NetworkConfig {
+    /// The network service's name at tessd's nameserver.
+    #[serde(default = "default_net_service")]
+    pub service: String,
+    /// Mbit/s of its link the brokered flows share.
+    pub capacity: f64,
+    /// Each flow is sized for its target x (1 + margin) (default: `[pacora] margin`).
+    #[serde(default)]
+    pub margin: Option<f64>,
+}
+
+fn default_net_service() -> String {
+    "net".into()
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -95,6 +132,8 @@ pub struct Config {
     pub policy: Policy,
     /// PACORA's settings.
     pub pacora: PacoraConfig,
+    /// The network as a second resource (policy `pacora`), if configured.
+    pub network: Option<NetworkConfig>,
 }
 
 /// The file as written.
@@ -111,6 +150,7 @@ struct RawConfig {
     #[serde(default)]
     policy: Policy,
     pacora: Option<RawPacora>,
+    network: Option<NetworkConfig>,
 }
 
 fn default_period() -> Duration {
@@ -132,6 +172,7 @@ impl Default for Config {
             cells: BTreeMap::new(),
             policy: Policy::default(),
             pacora: PacoraConfig::default(),
+            network: None,
         }
     }
 }
@@ -162,7 +203,24 @@ impl Config {
             cells: raw.cells,
             policy: raw.policy,
             pacora,
+            network: raw.network,
         };
+        if let Some(n) = &c.network {
+            if !(n.capacity.is_finite() && n.capacity > 0.0) {
+                anyhow::bail!(
+                    "network capacity {} must be a positive number of Mbit/s",
+                    n.capacity
+                );
+            }
+            if let Some(m) = n.margin {
+                if !(0.0..=1.0).contains(&m) {
+                    anyhow::bail!("network margin {m} must lie in [0, 1]");
+                }
+            }
+            if c.policy != Policy::Pacora {
+                anyhow::bail!("[network] is allocated by policy = \"pacora\" only");
+            }
+        }
         if c.period < Duration::from_millis(100) {
             anyhow::bail!("period {:?} is shorter than 100ms", c.period);
         }
@@ -185,6 +243,36 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!(e))?;
         Ok(c)
+    }
+
+    /// PACORA's settings for the network pool: the link's capacity in Mbit/s.
+    pub fn network_pacora(&self) -> Option<PacoraConfig> {
+        self.network.as_ref().map(|n| PacoraConfig {
+            capacity: Some(n.capacity),
+            margin: n.margin.unwrap_or(self.pacora.margin),
+            ..self.pacora.clone()
+        })
+    }
+
+    /// The share cell `cell`'s flow starts with, Mbit/s.
+    pub fn flow_initial(&self, cell: &str) -> f64 {
+        let (floor, ceiling) = self.flow_limits(cell);
+        self.cells
+            .get(&format!("{cell}{}", crate::service::NET_SUFFIX))
+            .and_then(|l| l.initial)
+            .map_or(floor, |i| i.clamp(floor, ceiling))
+    }
+
+    /// Floor and ceiling of cell `cell`'s flow (`[cells."CELL.net"]`), Mbit/s.
+    pub fn flow_limits(&self, cell: &str) -> (f64, f64) {
+        let cap = self.network.as_ref().map_or(f64::INFINITY, |n| n.capacity);
+        let l = self
+            .cells
+            .get(&format!("{cell}{}", crate::service::NET_SUFFIX))
+            .copied()
+            .unwrap_or_default();
+        let ceiling = l.ceiling.unwrap_or(cap).min(cap);
+        (l.floor.unwrap_or(0.05).min(ceiling), ceiling)
     }
 
     /// PACORA's penalty slope for `cell`.
@@ -257,5 +345,22 @@ mod tests {
         assert!(Config::parse("[pacora]\ncapacity = 0").is_err());
         assert!(Config::parse("[pacora]\nbogus = 1").is_err());
         assert!(Config::parse("[cells.enc]\nslope = -1").is_err());
+    }
+
+    #[test]
+    fn a_network_pool_needs_pacora_and_a_capacity() {
+        let c = Config::parse(
+            "policy = \"pacora\"\n[network]\nservice = \"conf-net\"\ncapacity = 20\n[cells.\"video.net\"]\nfloor = 0.5\nslope = 10\n",
+        )
+        .unwrap();
+        let n = c.network.as_ref().unwrap();
+        assert_eq!((n.service.as_str(), n.capacity), ("conf-net", 20.0));
+        assert_eq!(c.flow_limits("video"), (0.5, 20.0));
+        assert_eq!(c.flow_limits("hog"), (0.05, 20.0));
+        assert_eq!(c.slope("video.net"), 10.0);
+        assert_eq!(c.network_pacora().unwrap().capacity, Some(20.0));
+        assert!(Config::parse("policy = \"pacora\"\n[network]\ncapacity = 0\n").is_err());
+        assert!(Config::parse("policy = \"pacora\"\n[network]\nservice = \"x\"\n").is_err());
+        assert!(Config::parse("[network]\ncapacity = 10\n").is_err());
     }
 }

@@ -13,9 +13,14 @@
 //!
 //! Its state lives in tessd (the cells' windows and budgets) and in the cells' heartbeats, which
 //! re-register when the broker restarts; the models are re-learned within a few periods.
+//!
+//! With PACORA and a `[network]` section, network bandwidth is a second resource: a heartbeat
+//! named `CELL-HEARTBEAT.net` ([`NET_SUFFIX`]) measures the cell's flow at the network service,
+//! the flows share the configured link (a PACORA pool of its own, in Mbit/s), and a flow's share
+//! becomes its reservation and its limit ([`Flows`]).
 
 use crate::config::{Config, Policy};
-use crate::pacora::policy::{CellView, Pacora};
+use crate::pacora::policy::{Allocation, CellView, Pacora};
 use crate::pota::{Decision, Pota, Reason};
 use crate::share;
 use crate::status::{BrokerStatus, CellStatus, DecisionRecord, KEEP_DECISIONS};
@@ -29,6 +34,87 @@ use tess_proto::{Body, CellInfo, Client, Request};
 
 /// Most heartbeats the broker reads at once (more registrations are refused).
 pub const MAX_HEARTBEATS: usize = 64;
+/// A heartbeat whose name ends so measures its cell's network flow, not its CPU.
+pub const NET_SUFFIX: &str = ".net";
+
+/// What a heartbeat's allocation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// The cell's CPU share (harts), through tessd.
+    Cpu,
+    /// The cell's flow at the network service (Mbit/s).
+    Net,
+}
+
+impl Resource {
+    /// The resource a heartbeat named `name` measures.
+    pub fn of_heartbeat(name: &str) -> Resource {
+        if name.ends_with(NET_SUFFIX) {
+            Resource::Net
+        } else {
+            Resource::Cpu
+        }
+    }
+
+    /// `cpu` or `net`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Cpu => "cpu",
+            Resource::Net => "net",
+        }
+    }
+}
+
+/// How the broker sets a cell's flow at the network service.
+pub trait Flows {
+    /// Gives cell `cell`'s flow `mbps` Mbit/s as its reservation and its limit.
+    fn set(&mut self, cell: &str, mbps: f64) -> anyhow::Result<()>;
+}
+
+/// [`Flows`] through a network service's QoS interface (connected lazily, and again after a
+/// failure).
+pub struct NetService {
+    net: tess_net_client::Net,
+    control: Option<tess_net_client::Control>,
+}
+
+impl NetService {
+    /// The service named `name` at tessd's nameserver.
+    pub fn named(name: &str) -> NetService {
+        NetService {
+            net: tess_net_client::Net::named(name),
+            control: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for NetService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NetService({:?})", self.net)
+    }
+}
+
+impl Flows for NetService {
+    fn set(&mut self, cell: &str, mbps: f64) -> anyhow::Result<()> {
+        use tess_net_client::{qos::flow_key, QosSpec, Throughput};
+        if self.control.is_none() {
+            self.control = Some(self.net.control()?);
+        }
+        let rate = Throughput::bits((mbps * 1e6).round() as u64);
+        let spec = QosSpec {
+            reservation: rate,
+            limit: Some(rate),
+            ..QosSpec::default()
+        };
+        let c = self.control.as_mut().expect("just connected");
+        c.set(&flow_key(Some(cell), 0), spec).map_err(|e| {
+            if !matches!(e, tess_net_client::ControlError::Refused(_)) {
+                self.control = None;
+            }
+            anyhow::anyhow!("{e}")
+        })
+    }
+}
 
 /// How the broker reaches tessd.
 pub trait Cells {
@@ -131,6 +217,7 @@ fn record(b: &mut Brokered, rate: f64, from: f64, to: f64, reason: &str, note: S
 #[derive(Debug)]
 struct Brokered {
     cell: String,
+    resource: Resource,
     pid: i32,
     conn: UnixStream,
     reader: HeartbeatReader,
@@ -149,7 +236,6 @@ struct Brokered {
 pub const ON_TARGET: f64 = 0.95;
 
 /// The broker.
-#[derive(Debug)]
 pub struct Broker<C: Cells> {
     config: Config,
     cells: C,
@@ -157,6 +243,19 @@ pub struct Broker<C: Cells> {
     refused: VecDeque<String>,
     /// The PACORA policy's samples and models (policy `pacora`).
     pacora: Pacora,
+    /// PACORA over the network flows (`[network]`), and how their shares are applied.
+    network: Option<(Pacora, Box<dyn Flows + Send>)>,
+}
+
+impl<C: Cells + std::fmt::Debug> std::fmt::Debug for Broker<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("config", &self.config)
+            .field("cells", &self.cells)
+            .field("brokered", &self.brokered)
+            .field("network", &self.network.as_ref().map(|(p, _)| p))
+            .finish()
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -169,13 +268,28 @@ fn unix_ms() -> u64 {
 impl<C: Cells> Broker<C> {
     /// A broker with no heartbeats yet.
     pub fn new(config: Config, cells: C) -> Broker<C> {
+        let network = config.network.as_ref().map(|n| {
+            let flows: Box<dyn Flows + Send> = Box::new(NetService::named(&n.service));
+            let pool = config.network_pacora().expect("a network section");
+            (Pacora::new(pool), flows)
+        });
         Broker {
             pacora: Pacora::new(config.pacora.clone()),
+            network,
             config,
             cells,
             brokered: Vec::new(),
             refused: VecDeque::new(),
         }
+    }
+
+    /// Sets flows through `flows` instead of the configured network service (tests, or a
+    /// service reached another way). Needs a `[network]` section.
+    pub fn with_flows(mut self, flows: Box<dyn Flows + Send>) -> Broker<C> {
+        if let Some((_, f)) = self.network.as_mut() {
+            *f = flows;
+        }
+        self
     }
 
     fn refuse(&mut self, conn: &UnixStream, why: String) {
@@ -202,9 +316,22 @@ impl<C: Cells> Broker<C> {
             }
             Err(e) => return self.refuse(&inc.conn, format!("cannot ask tessd: {e:#}")),
         };
-        if let Some(b) = self.brokered.iter().find(|b| b.cell == cell) {
+        let resource = Resource::of_heartbeat(&inc.hello.name);
+        if resource == Resource::Net && self.network.is_none() {
             let why = format!(
-                "cell '{cell}' already has heartbeat '{}'",
+                "heartbeat '{}' measures a network flow, but the broker allocates no network ([network] with policy = \"pacora\")",
+                inc.hello.name
+            );
+            return self.refuse(&inc.conn, why);
+        }
+        if let Some(b) = self
+            .brokered
+            .iter()
+            .find(|b| b.cell == cell && b.resource == resource)
+        {
+            let why = format!(
+                "cell '{cell}' already has {} heartbeat '{}'",
+                resource.name(),
                 b.status.heartbeat
             );
             return self.refuse(&inc.conn, why);
@@ -228,8 +355,10 @@ impl<C: Cells> Broker<C> {
                 cell: cell.clone(),
                 heartbeat: reader.name().to_string(),
                 pid: inc.pid,
+                resource: resource.name().into(),
                 ..Default::default()
             },
+            resource,
             cell,
             pid: inc.pid,
             conn: inc.conn,
@@ -239,6 +368,36 @@ impl<C: Cells> Broker<C> {
             decisions: VecDeque::new(),
             published,
         });
+        if resource == Resource::Net {
+            // The flow's first period is measured at a share the broker set.
+            let i = self.brokered.len() - 1;
+            let cell = &self.brokered[i].cell;
+            let (floor, ceiling) = self.config.flow_limits(cell);
+            let initial = self.config.flow_initial(cell);
+            self.brokered[i].status.floor = floor;
+            self.brokered[i].status.ceiling = ceiling;
+            self.set_flow(i, 0.0, initial, "initial", String::new());
+        }
+    }
+
+    /// Gives heartbeat `i`'s cell's flow `to` Mbit/s; a refusal leaves the share in force.
+    fn set_flow(&mut self, i: usize, rate: f64, to: f64, reason: &str, note: String) {
+        let Some((pacora, flows)) = self.network.as_mut() else {
+            return;
+        };
+        let b = &mut self.brokered[i];
+        let from = b.status.share;
+        match flows.set(&b.cell, to) {
+            Ok(()) => {
+                b.status.share = to;
+                pacora.applied(&b.cell, to);
+                record(b, rate, from, to, reason, note);
+            }
+            Err(e) => {
+                let why = format!("{reason} to {to:.3} Mbit/s: {e:#}");
+                record(b, rate, from, from, "refused", why);
+            }
+        }
     }
 
     /// Drops heartbeats whose process hung up.
@@ -276,8 +435,9 @@ impl<C: Cells> Broker<C> {
     }
 
     /// Reads cell `i`'s new beats since its last decision and returns the rate over the
-    /// broker's own clock (and publishes the period).
-    fn measure(&mut self, i: usize, now: u64) -> f64 {
+    /// broker's own clock and the mean value its beats carried, if they carried any (and
+    /// publishes the period).
+    fn measure(&mut self, i: usize, now: u64) -> (f64, Option<f64>) {
         let b = &mut self.brokered[i];
         let elapsed_s = (now - b.last_decision_ns) as f64 / 1e9;
         b.last_decision_ns = now;
@@ -291,13 +451,30 @@ impl<C: Cells> Broker<C> {
         b.status.beats = reading.count;
         b.status.measured_rate = rate;
         b.status.target_rate = reading.target_ns.map(|ns| 1e9 / ns as f64);
+        let values: Vec<u64> = reading
+            .beats
+            .iter()
+            .map(|beat| beat.value)
+            .filter(|&v| v > 0)
+            .collect();
+        let mean = (!values.is_empty())
+            .then(|| values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64);
+        b.status.measured_value = mean;
+        b.status.measured_tau_ms = match b.resource {
+            // The unit's CPU time at the share in force.
+            Resource::Cpu => mean
+                .filter(|_| b.status.share > 0.0)
+                .map(|ns| ns / 1e6 / b.status.share),
+            // Set by flow_view, from the unit size and the share.
+            Resource::Net => None,
+        };
         if let Some(p) = &b.published {
             let window_ns = (elapsed_s * 1e9) as u64;
             let interval_ns = window_ns / reading.new_count.max(1);
             let missed = b.status.target_rate.is_some_and(|t| rate < ON_TARGET * t);
             p.record_judged(interval_ns, missed);
         }
-        rate
+        (rate, mean)
     }
 
     /// Asks tessd for cell `i` and checks that the broker may change it. `Err` holds the
@@ -361,7 +538,7 @@ impl<C: Cells> Broker<C> {
     }
 
     fn decide(&mut self, i: usize, now: u64) {
-        let rate = self.measure(i, now);
+        let (rate, _) = self.measure(i, now);
         let Ok(t) = self.brokerable(i, rate) else {
             return;
         };
@@ -387,22 +564,42 @@ impl<C: Cells> Broker<C> {
     }
 
     /// One PACORA round over every brokered cell (policy `pacora`): all are measured, the
-    /// allocation is decided for all together, and changes are applied lowerings first, so that
-    /// tessd's admission sees the harts given back before the ones taken.
+    /// allocation is decided for all together (one pool per resource), and changes are applied
+    /// lowerings first, so that tessd's admission (or the network service's) sees what is given
+    /// back before what is taken.
     fn decide_all(&mut self, now: u64) {
-        let names: Vec<String> = self.brokered.iter().map(|b| b.cell.clone()).collect();
+        let present = |r: Resource| -> Vec<String> {
+            self.brokered
+                .iter()
+                .filter(|b| b.resource == r)
+                .map(|b| b.cell.clone())
+                .collect()
+        };
+        let (cpu_names, net_names) = (present(Resource::Cpu), present(Resource::Net));
         self.pacora
-            .retain(&names.iter().map(String::as_str).collect::<Vec<_>>());
+            .retain(&cpu_names.iter().map(String::as_str).collect::<Vec<_>>());
+        if let Some((p, _)) = self.network.as_mut() {
+            p.retain(&net_names.iter().map(String::as_str).collect::<Vec<_>>());
+        }
         let period = self.config.period.as_nanos() as u64;
         let mut views = Vec::new();
         let mut targets = Vec::new();
+        let mut net_views = Vec::new();
+        let mut net_cells = Vec::new();
         for i in 0..self.brokered.len() {
             // A cell registered moments ago would give a rate over a sliver of a period: it
             // waits for the next round.
             if now.saturating_sub(self.brokered[i].last_decision_ns) < period / 2 {
                 continue;
             }
-            let rate = self.measure(i, now);
+            let (rate, value) = self.measure(i, now);
+            if self.brokered[i].resource == Resource::Net {
+                if let Some(v) = self.flow_view(i, rate, value) {
+                    net_views.push(v);
+                    net_cells.push(i);
+                }
+                continue;
+            }
             if let Ok(t) = self.brokerable(i, rate) {
                 views.push(CellView {
                     cell: self.brokered[i].cell.clone(),
@@ -412,26 +609,19 @@ impl<C: Cells> Broker<C> {
                     floor: t.cfg.floor,
                     ceiling: t.cfg.ceiling,
                     slope: self.config.slope(&self.brokered[i].cell),
+                    tau: None,
+                    known: value.map(|ns| demand_model(ns / 1e9)),
                 });
                 targets.push((i, t, rate));
             }
         }
         let allocations = self.pacora.decide(&views);
-        let mut order: Vec<usize> = (0..allocations.len()).collect();
-        order.sort_by(|&x, &y| {
-            let dx = allocations[x].share - targets[x].1.current;
-            let dy = allocations[y].share - targets[y].1.current;
-            dx.total_cmp(&dy)
-        });
-        for k in order {
+        for k in lowerings_first(&views, &allocations) {
             let (i, t, rate) = &targets[k];
             let a = &allocations[k];
             let b = &mut self.brokered[*i];
             b.status.response_model = a.model.clone();
-            let note = match a.predicted_tau {
-                Some(tau) => format!("predicted {:.2}/s", 1.0 / tau),
-                None => String::new(),
-            };
+            let note = prediction_note(a);
             if (a.share - t.current).abs() < self.config.min_step {
                 record(b, *rate, t.current, t.current, a.reason, note);
             } else {
@@ -440,6 +630,74 @@ impl<C: Cells> Broker<C> {
                 self.pacora.applied(&b.cell, b.status.share);
             }
         }
+        let Some((pacora, _)) = self.network.as_mut() else {
+            return;
+        };
+        let allocations = pacora.decide(&net_views);
+        let capacity = pacora.capacity();
+        for k in lowerings_first(&net_views, &allocations) {
+            let (i, v, a) = (net_cells[k], &net_views[k], &allocations[k]);
+            self.brokered[i].status.response_model = a.model.clone();
+            let note = prediction_note(a);
+            // What the other flows hold now (a lowering held back by the hysteresis, or
+            // refused, still holds its share): a raise takes no more than is free.
+            let others: f64 = self
+                .brokered
+                .iter()
+                .enumerate()
+                .filter(|(j, b)| *j != i && b.resource == Resource::Net)
+                .map(|(_, b)| b.status.share)
+                .sum();
+            let to = a.share.min((capacity - others).max(v.share));
+            // Mbit/s: the hysteresis is relative to the link.
+            let step = self.config.min_step * v.ceiling;
+            if (to - v.share).abs() < step {
+                record(
+                    &mut self.brokered[i],
+                    v.rate,
+                    v.share,
+                    v.share,
+                    a.reason,
+                    note,
+                );
+            } else {
+                self.set_flow(i, v.rate, to, a.reason, note);
+            }
+        }
+    }
+
+    /// Heartbeat `i`'s flow as PACORA sees it, or `None` (recorded why) when it has no target.
+    /// A flow heartbeat's value is the unit's size in bytes ([`demand_model`]).
+    fn flow_view(&mut self, i: usize, rate: f64, bytes: Option<f64>) -> Option<CellView> {
+        let (floor, ceiling) = self.config.flow_limits(&self.brokered[i].cell);
+        let slope = self
+            .config
+            .slope(&format!("{}{NET_SUFFIX}", self.brokered[i].cell));
+        let b = &mut self.brokered[i];
+        b.status.floor = floor;
+        b.status.ceiling = ceiling;
+        let share = b.status.share;
+        let Some(target) = b.status.target_rate else {
+            record(b, rate, share, share, "no-target", String::new());
+            return None;
+        };
+        let known = bytes.map(|bytes| demand_model(bytes * 8.0 / 1e6));
+        let tau = known
+            .as_ref()
+            .filter(|_| share > 0.0)
+            .map(|m| m.eval(&[share]));
+        b.status.measured_tau_ms = tau.map(|t| t * 1e3);
+        Some(CellView {
+            cell: b.cell.clone(),
+            share,
+            rate,
+            target_rate: target,
+            floor,
+            ceiling,
+            slope,
+            tau,
+            known,
+        })
     }
 
     /// The status to report.
@@ -464,6 +722,45 @@ impl<C: Cells> Broker<C> {
                 })
                 .collect(),
         }
+    }
+}
+
+/// The response-time function of a cell whose beats carry each unit's *demand* `w` on the
+/// resource (CPU seconds: a CPU heartbeat's value in ns; Mbit: a flow heartbeat's value in
+/// bytes): at a share `a` (harts, Mbit/s) a unit takes `w / a`, PACORA's `tau(a) = tau0 + w / a`
+/// with `tau0 = 0`, its parameter measured every period instead of fitted across shares.
+///
+/// Why not a measured latency: the cells that report demand are paced (a video stream's frames
+/// arrive at 30 a second whatever it is given), so their rate says nothing about their share,
+/// and their latency carries the queue an earlier, smaller share built: below its need it
+/// grows without bound, and above it drains only slowly, so a latency sample depends on the
+/// past as much as on the share (tried first, in `tess bench conference`: the models swung
+/// between a share that starved the cell and the whole pool).
+fn demand_model(w: f64) -> crate::pacora::ResponseModel {
+    crate::pacora::ResponseModel {
+        tau0: 0.0,
+        w: vec![w],
+        resources: 1,
+    }
+}
+
+/// The order to apply a round's allocations in: the largest lowering first, the largest
+/// raise last.
+fn lowerings_first(views: &[CellView], allocations: &[Allocation]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..allocations.len()).collect();
+    order.sort_by(|&x, &y| {
+        let dx = allocations[x].share - views[x].share;
+        let dy = allocations[y].share - views[y].share;
+        dx.total_cmp(&dy)
+    });
+    order
+}
+
+/// What the model predicts at the allocation, for the decision's note.
+fn prediction_note(a: &Allocation) -> String {
+    match a.predicted_tau {
+        Some(tau) => format!("predicted {:.2} ms per unit", tau * 1e3),
+        None => String::new(),
     }
 }
 

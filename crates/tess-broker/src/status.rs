@@ -44,6 +44,17 @@ pub struct CellStatus {
     pub heartbeat: String,
     /// The process that registered it.
     pub pid: i32,
+    /// What its share is of: `cpu` (harts) or `net` (its cell's flow, Mbit/s).
+    #[serde(default = "cpu")]
+    pub resource: String,
+    /// Mean value of its beats over the last period, if they carry values: each unit's demand,
+    /// CPU time (ns) for a CPU heartbeat, size (bytes) for a flow heartbeat.
+    #[serde(default)]
+    pub measured_value: Option<f64>,
+    /// The response time per unit at the share in force, ms, when the beats carry demands
+    /// (demand / share).
+    #[serde(default)]
+    pub measured_tau_ms: Option<f64>,
     /// Target rate (units per second), if the cell declared one.
     pub target_rate: Option<f64>,
     /// Rate over the last decision period.
@@ -68,6 +79,10 @@ pub struct CellStatus {
     pub anomalies: Anomalies,
     /// The last decisions, newest last.
     pub decisions: Vec<DecisionRecord>,
+}
+
+fn cpu() -> String {
+    "cpu".into()
 }
 
 /// Counters of bad input.

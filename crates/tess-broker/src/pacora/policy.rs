@@ -103,6 +103,27 @@ pub struct CellView {
     pub ceiling: f64,
     /// Penalty per second of response time over the deadline (relative to other cells).
     pub slope: f64,
+    /// The response time per unit the cell measured itself (the mean of its beats' values),
+    /// seconds; `None`: the policy takes `1 / rate`. A cell whose work arrives at a fixed pace
+    /// (a video stream at 30 frames per second) beats at that pace whatever it is given, so
+    /// only its own latency per unit shows what a share does for it.
+    pub tau: Option<f64>,
+    /// A response-time function the caller knows exactly (a flow's transmission time per
+    /// unit, `8 bytes / b`, from the unit sizes it measured this period): used as is, in place
+    /// of one fitted from the samples.
+    pub known: Option<ResponseModel>,
+}
+
+impl CellView {
+    /// The period's response time per unit, seconds: measured, or `1 / rate`.
+    pub fn response_time(&self) -> f64 {
+        self.tau.unwrap_or(1.0 / self.rate)
+    }
+
+    /// The response time to meet: the target's time per unit with `margin` to spare.
+    fn deadline(&self, margin: f64) -> f64 {
+        1.0 / (self.target_rate * (1.0 + margin))
+    }
 }
 
 /// What the policy wants for one cell.
@@ -198,19 +219,38 @@ impl Pacora {
                     ..Default::default()
                 });
             st.last_share = v.share;
-            observe(st, v, &self.config);
+            match &v.known {
+                Some(m) => st.model = Some(m.clone()),
+                None => observe(st, v, &self.config),
+            }
         }
         let capacity = self.capacity();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
         // Learning and silent cells first: what they take comes off the pool. A learning cell
-        // raises only into what the cells do not hold now.
+        // raises into what silent and learning cells do not hold and modelled cells hold above
+        // what meets their targets, or above their floors if no share does (those are
+        // re-allocated from what is left this round anyway; a learning cell starved by a pool
+        // the others hold must still be able to grow, but never at the expense of a target
+        // that is being met).
+        let silent = |v: &CellView| v.rate <= 0.0 || !v.rate.is_finite();
+        let margin = self.config.margin;
+        let held: f64 = views
+            .iter()
+            .map(|v| match &self.cells[&v.cell].model {
+                Some(m) if !silent(v) => match least_share(m, v, margin) {
+                    a if a.is_finite() => a.clamp(v.floor, v.ceiling).min(v.share),
+                    _ => v.floor.min(v.share),
+                },
+                _ => v.share,
+            })
+            .sum();
         let mut left = capacity;
-        let mut free = (capacity - views.iter().map(|v| v.share).sum::<f64>()).max(0.0);
+        let mut free = (capacity - held).max(0.0);
         let mut modelled = Vec::new();
         for (i, v) in views.iter().enumerate() {
             let st = &self.cells[&v.cell];
             match &st.model {
-                _ if v.rate <= 0.0 || !v.rate.is_finite() => {
+                _ if silent(v) => {
                     left -= v.share;
                     out[i] = Some(Allocation {
                         cell: v.cell.clone(),
@@ -235,26 +275,11 @@ impl Pacora {
                 Some(m) => modelled.push((i, m.clone())),
             }
         }
-        let deadline = |v: &CellView| 1.0 / (v.target_rate * (1.0 + self.config.margin));
+        let deadline = |v: &CellView| v.deadline(self.config.margin);
         // The least share meeting each modelled cell's deadline (infinite: none does).
         let a_min: Vec<f64> = modelled
             .iter()
-            .map(|(i, m)| {
-                let v = &views[*i];
-                let d = deadline(v);
-                let w = m.w[0];
-                if w <= 0.0 {
-                    if m.tau0 <= d {
-                        v.floor
-                    } else {
-                        f64::INFINITY
-                    }
-                } else if d > m.tau0 {
-                    w / (d - m.tau0)
-                } else {
-                    f64::INFINITY
-                }
-            })
+            .map(|(i, m)| least_share(m, &views[*i], margin))
             .collect();
         let clamped: f64 = modelled
             .iter()
@@ -280,14 +305,32 @@ impl Pacora {
                 .solve(&problem)
                 .map(|s| s.alloc.iter().map(|a| a[0]).collect::<Vec<f64>>())
         };
+        let mut decided: Vec<(f64, &'static str)> = modelled
+            .iter()
+            .enumerate()
+            .map(|(k, (i, _))| {
+                let v = &views[*i];
+                let (share, reason) = match &solved {
+                    Ok(alloc) if all_fit => (alloc[k], "meets-target"),
+                    Ok(alloc) => (alloc[k].min(a_min[k]), "trade-off"),
+                    Err(_) => (v.share, "solver-failed"),
+                };
+                (share.clamp(v.floor, v.ceiling), reason)
+            })
+            .collect();
+        if solved.is_ok() {
+            // The solver knows no floors: a cell it starved is raised to its floor, and the
+            // others give that back in proportion to what they hold above theirs.
+            let floors: Vec<f64> = modelled.iter().map(|(i, _)| views[*i].floor).collect();
+            let mut shares: Vec<f64> = decided.iter().map(|d| d.0).collect();
+            fit_to_pool(&mut shares, &floors, left.max(0.0));
+            for (d, s) in decided.iter_mut().zip(shares) {
+                d.0 = s;
+            }
+        }
         for (k, (i, m)) in modelled.iter().enumerate() {
             let v = &views[*i];
-            let (share, reason) = match &solved {
-                Ok(alloc) if all_fit => (alloc[k], "meets-target"),
-                Ok(alloc) => (alloc[k].min(a_min[k]), "trade-off"),
-                Err(_) => (v.share, "solver-failed"),
-            };
-            let share = share.clamp(v.floor, v.ceiling);
+            let (share, reason) = decided[k];
             out[*i] = Some(Allocation {
                 cell: v.cell.clone(),
                 share,
@@ -302,12 +345,53 @@ impl Pacora {
     }
 }
 
+/// The least share at which `m` meets `v`'s target with `margin` to spare: `w / (d - tau0)`;
+/// the floor if the cell needs none, infinite if no share does.
+fn least_share(m: &ResponseModel, v: &CellView, margin: f64) -> f64 {
+    let d = v.deadline(margin);
+    let w = m.w[0];
+    if w <= 0.0 {
+        if m.tau0 <= d {
+            v.floor
+        } else {
+            f64::INFINITY
+        }
+    } else if d > m.tau0 {
+        w / (d - m.tau0)
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Lowers `shares` (each at or above its floor) so that they sum to at most `pool`, taking
+/// from each in proportion to what it holds above its floor; floors are kept even if they
+/// alone exceed the pool.
+fn fit_to_pool(shares: &mut [f64], floors: &[f64], pool: f64) {
+    let total: f64 = shares.iter().sum();
+    if total <= pool + 1e-12 {
+        return;
+    }
+    let base: f64 = floors.iter().sum();
+    let above = total - base;
+    let keep = if above > 0.0 {
+        ((pool - base) / above).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    for (s, f) in shares.iter_mut().zip(floors) {
+        *s = f + (*s - f).max(0.0) * keep;
+    }
+}
+
 /// Adds the period's sample, drops the old phase if the model missed it, refits.
 fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
     if !(v.rate > 0.0 && v.rate.is_finite() && v.share > 0.0) {
         return;
     }
-    let tau = 1.0 / v.rate;
+    let tau = v.response_time();
+    if !(tau > 0.0 && tau.is_finite()) {
+        return;
+    }
     if let Some(m) = &st.model {
         let predicted = m.eval(&[v.share]);
         if ((predicted - tau) / tau).abs() > PHASE_CHANGE {
@@ -344,7 +428,8 @@ fn learning_step(v: &CellView, cfg: &PacoraConfig, free: f64) -> f64 {
     let hi = v.ceiling.min(v.share + free).max(v.floor.min(v.share));
     let lo = v.floor.min(hi);
     let step = v.share * cfg.explore;
-    let want = v.share * v.target_rate * (1.0 + cfg.margin) / v.rate;
+    // tau = w / a through the period's sample: a = share * tau / deadline meets the deadline.
+    let want = v.share * v.response_time() / v.deadline(cfg.margin);
     let towards = if want >= v.share {
         want.max(v.share + step)
     } else {
@@ -390,6 +475,8 @@ mod tests {
             floor: 0.05,
             ceiling: 1.9,
             slope,
+            tau: None,
+            known: None,
         }
     }
 
@@ -441,6 +528,91 @@ mod tests {
         // Both hold their targets with what they were given, and less is reserved than before.
         assert!(enc.rate(shares[0], 0) >= 30.0 && idx.rate(shares[1], 0) >= 10.0);
         assert!(shares.iter().sum::<f64>() < 1.8);
+    }
+
+    #[test]
+    fn a_learning_cell_grows_into_what_insatiable_cells_hold_above_their_floors() {
+        // "idx" is modelled and holds the whole pool; "video" starts learning at its floor,
+        // far below what it needs (its response time is 20 times its target's).
+        let idx = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(0.9),
+            ..Default::default()
+        });
+        let mut shares = [0.45, 0.45];
+        run(
+            &mut p,
+            &[("idx", &idx, 1000.0, 1.0), ("other", &idx, 1000.0, 1.0)],
+            &mut shares,
+            4,
+            0,
+        );
+        assert!(p.model("idx").is_some());
+        let mut v = view("video", 0.05, 1.5, 30.0, 100.0);
+        v.floor = 0.05;
+        let a = p.decide(&[
+            view("idx", 0.85, idx.rate(0.85, 9), 1000.0, 1.0),
+            view("other", 0.0001, idx.rate(0.0001, 9), 1000.0, 1.0),
+            v,
+        ]);
+        assert_eq!(a[2].reason, "learning");
+        assert!(a[2].share > 0.5, "{a:?}");
+    }
+
+    #[test]
+    fn a_known_model_is_used_from_the_first_round() {
+        // A flow of 270 units/s of 8,000 bits each: 2.16 Mbit/s, 2.376 with 10% margin.
+        let m = ResponseModel {
+            tau0: 0.0,
+            w: vec![0.008],
+            resources: 1,
+        };
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(9.5),
+            ..Default::default()
+        });
+        let mut v = view("video", 4.0, 270.0, 270.0, 1.0);
+        v.ceiling = 9.5;
+        v.known = Some(m);
+        let a = p.decide(&[v]);
+        assert_eq!(a[0].reason, "meets-target");
+        assert!((a[0].share - 2.376).abs() < 1e-9, "{a:?}");
+    }
+
+    #[test]
+    fn floors_are_paid_for_by_the_cells_above_theirs() {
+        // The solver gave the second nothing; raised to its floor, it is paid for by the first.
+        let mut shares = [9.5, 1.0];
+        fit_to_pool(&mut shares, &[0.1, 1.0], 9.5);
+        let sum: f64 = shares.iter().sum();
+        assert!((sum - 9.5).abs() < 1e-9, "{shares:?}");
+        assert!(shares[1] >= 1.0 && shares[0] >= 0.1);
+        // Within the pool: unchanged.
+        let mut ok = [1.0, 2.0];
+        fit_to_pool(&mut ok, &[0.5, 0.5], 4.0);
+        assert_eq!(ok, [1.0, 2.0]);
+    }
+
+    #[test]
+    fn a_paced_cell_is_sized_by_the_latency_it_reports() {
+        // A video stream: frames arrive at 30/s whatever the share, so its rate says nothing;
+        // each frame's latency (its beat's value) is 5 ms + 4 ms per hart. The least share
+        // that meets 1/33 s per frame is 0.004 / (1/33 - 0.005) = 0.158.
+        let plant = Plant {
+            tau0: 0.005,
+            w: 0.004,
+        };
+        let mut p = Pacora::new(PacoraConfig::default());
+        let mut share = 0.8;
+        let mut last = Vec::new();
+        for k in 0..12 {
+            let mut v = view("video", share, 30.0, 30.0, 1.0);
+            v.tau = Some(1.0 / plant.rate(share, k));
+            last = p.decide(&[v]);
+            share = last[0].share;
+        }
+        assert_eq!(last[0].reason, "meets-target", "{last:?}");
+        assert!((share - 0.158).abs() < 0.02, "{share}");
     }
 
     #[test]

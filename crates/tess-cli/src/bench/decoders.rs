@@ -67,7 +67,7 @@
 //! `SCHED_DEADLINE` on either stream. The CDF of frame latency per scheduler (the paper's Fig. 5,
 //! both streams) is written as SVG (`--svg`, default `<cache>/decoders-cdf.svg`).
 
-mod avcodec;
+pub(super) mod avcodec;
 
 use super::support::{cell_on_hart, pick_hart, tess_exe, Session};
 use super::Common;
@@ -185,30 +185,38 @@ struct Raw {
 }
 
 fn cache_dir(a: &DecodersArgs) -> PathBuf {
-    if let Some(c) = &a.cache {
-        return c.clone();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("tess").join("decoders")
+    super::support::cache_dir("decoders", a.cache.as_deref())
 }
 
 /// Generates the clip for `s` in `dir` unless it is already there.
 fn ensure_clip(dir: &Path, s: &Stream) -> anyhow::Result<PathBuf> {
     let path = dir.join(s.file());
-    if path.exists() {
-        return Ok(path);
+    if !path.exists() {
+        encode_clip(&path, s.size, s.fps, CLIP_SECS, &["--crf", "20"])?;
     }
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!("{}.tmp", s.file()));
-    let frames = CLIP_SECS * s.fps;
+    Ok(path)
+}
+
+/// Generates a clip at `path` (through `path.tmp`, renamed when complete): testsrc2 with
+/// temporal noise, `secs` long, encoded by x264 with `rate` (e.g. `--crf 20` or `--bitrate
+/// 200`), one access unit per frame (`--aud --bframes 0`), one IDR at the start and no
+/// scene-cut I frames (an I frame costs about 1.6 times a P frame here).
+pub(super) fn encode_clip(
+    path: &Path,
+    size: &str,
+    fps: u32,
+    secs: u32,
+    rate: &[&str],
+) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let frames = secs * fps;
     let mut src = Command::new("ffmpeg")
         .args(["-loglevel", "error", "-f", "lavfi", "-i"])
         .arg(format!(
-            "testsrc2=s={}:r={}:d={CLIP_SECS},noise=alls=10:allf=t",
-            s.size, s.fps
+            "testsrc2=s={size}:r={fps}:d={secs},noise=alls=10:allf=t"
         ))
         .args(["-f", "rawvideo", "-pix_fmt", "yuv420p", "-"])
         .stdout(Stdio::piped())
@@ -217,11 +225,10 @@ fn ensure_clip(dir: &Path, s: &Stream) -> anyhow::Result<PathBuf> {
     let yuv = src.stdout.take().expect("piped");
     let enc = Command::new("x264")
         .args(["--quiet", "--no-progress", "--demuxer", "raw"])
-        .args(["--input-res", s.size])
-        .args(["--fps", &s.fps.to_string(), "--frames", &frames.to_string()])
-        .args(["--preset", "medium", "--crf", "20", "--bframes", "0"])
-        // One IDR, at the start, and no scene-cut I frames: an I frame costs about 1.6 times a
-        // P frame here, which at 85% load no scheduler fits in the 30 fps frame's window.
+        .args(["--input-res", size])
+        .args(["--fps", &fps.to_string(), "--frames", &frames.to_string()])
+        .args(["--preset", "medium", "--bframes", "0"])
+        .args(rate)
         .args([
             "--keyint",
             "infinite",
@@ -237,10 +244,10 @@ fn ensure_clip(dir: &Path, s: &Stream) -> anyhow::Result<PathBuf> {
         .status()
         .map_err(|e| anyhow::anyhow!("running x264 (scripts/setup installs it): {e}"))?;
     let fs = src.wait()?;
-    anyhow::ensure!(fs.success(), "ffmpeg failed generating {}", s.file());
-    anyhow::ensure!(enc.success(), "x264 failed generating {}", s.file());
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
+    anyhow::ensure!(fs.success(), "ffmpeg failed generating {}", path.display());
+    anyhow::ensure!(enc.success(), "x264 failed generating {}", path.display());
+    std::fs::rename(&tmp, path)?;
+    Ok(())
 }
 
 /// Splits an Annex B H.264 byte stream into access units: each starts at an access unit
@@ -313,7 +320,7 @@ fn p50_p99_ms(lat: &[u64]) -> (f64, f64) {
 
 static LIB: OnceLock<avcodec::Lib> = OnceLock::new();
 
-fn lib() -> anyhow::Result<&'static avcodec::Lib> {
+pub(super) fn avcodec_lib() -> anyhow::Result<&'static avcodec::Lib> {
     if let Some(l) = LIB.get() {
         return Ok(l);
     }
@@ -322,9 +329,9 @@ fn lib() -> anyhow::Result<&'static avcodec::Lib> {
 }
 
 /// A stream's access units, shared by every variant.
-type Units = std::sync::Arc<Vec<Vec<u8>>>;
+pub(super) type Units = std::sync::Arc<Vec<Vec<u8>>>;
 
-fn load_units(path: &Path) -> anyhow::Result<Units> {
+pub(super) fn load_units(path: &Path) -> anyhow::Result<Units> {
     let data =
         std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
     let units: Vec<Vec<u8>> = split_access_units(&data)
@@ -337,7 +344,7 @@ fn load_units(path: &Path) -> anyhow::Result<Units> {
 
 /// CPU time of the calling kernel thread (for a Pulse thread: its hart's, every Pulse thread
 /// on that hart included).
-fn thread_cpu_ns() -> u64 {
+pub(super) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -349,11 +356,11 @@ fn thread_cpu_ns() -> u64 {
 
 /// CPU time of each frame of decoding `units` alone, in ns (two passes; the second is measured).
 fn calibrate(units: &Units) -> anyhow::Result<Vec<u64>> {
-    let mut d = lib()?.decoder()?;
+    let mut d = avcodec_lib()?.decoder()?;
     for u in units.iter() {
         d.decode(u)?;
     }
-    let mut d = lib()?.decoder()?;
+    let mut d = avcodec_lib()?.decoder()?;
     let mut costs = Vec::with_capacity(units.len());
     for u in units.iter() {
         let t0 = thread_cpu_ns();
@@ -616,7 +623,7 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
     let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let runtime = (s.capacity * CAP_PERIOD_NS as f64) as u64;
     for (i, st) in STREAMS.iter().enumerate() {
-        let dec = lib()?.decoder()?;
+        let dec = avcodec_lib()?.decoder()?;
         let units = s.units[i].clone();
         let (warmup, frames) = (st.fps as usize * WARMUP_SECS, s.frames[i]);
         let period = st.period_ns();
@@ -713,7 +720,7 @@ fn run_linux(
     let (tx, rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
     for (i, st) in STREAMS.iter().enumerate() {
-        let dec = lib()?.decoder()?;
+        let dec = avcodec_lib()?.decoder()?;
         let units = s.units[i].clone();
         let (warmup, frames) = (st.fps as usize * WARMUP_SECS, s.frames[i]);
         let period = st.period_ns();
@@ -781,7 +788,7 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     let dir = cache_dir(a);
     let secs = a.secs.unwrap_or(if a.common.quick { 5.0 } else { 25.0 });
     anyhow::ensure!(a.load > 0.0 && a.load < 1.0, "--load must lie in (0, 1)");
-    lib()?;
+    avcodec_lib()?;
     tess_sched::affinity::set_affinity(0, &HartSet::single(hart))
         .map_err(|e| anyhow::anyhow!("pinning to hart {hart}: {e}"))?;
     let mut units = Vec::new();
@@ -924,7 +931,7 @@ pub fn run(a: &DecodersArgs) -> anyhow::Result<Report> {
     }
     // Clips first, outside any cell (x264 may use both harts).
     let dir = cache_dir(a);
-    lib()?;
+    avcodec_lib()?;
     for s in &STREAMS {
         ensure_clip(&dir, s)?;
     }

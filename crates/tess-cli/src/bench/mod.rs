@@ -7,6 +7,7 @@
 //! soon as it is registered here), and `tess bench record` writes the benchmark record from
 //! one run set (see [`record`]).
 
+mod conference;
 mod convolution;
 mod daemon;
 mod decoders;
@@ -129,6 +130,10 @@ enum Which {
     /// POTA keeps x264 at 30 fps with less CPU than a static allocation (seed 004 section 6.1,
     /// Fig. 6): mean share vs static, windows on target, rate and share over time (--svg).
     Pota(pota::PotaArgs),
+    /// PACORA runs the video conference (seed 004 section 6.2, Fig. 7): nine H.264 streams over
+    /// TCP decoded in a video cell, a file indexer and a bandwidth hog; the broker divides the
+    /// CPU and the link. Against a static split and plain Linux in the same run.
+    Conference(conference::ConferenceArgs),
     /// What watching costs (issue 16): a Prometheus scrape and a `tess top` refresh with 100
     /// cells, and a compute step's CPU time with and without 10 Hz scraping.
     Observe(Common),
@@ -213,6 +218,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Heartbeat(c) => (c.clone(), heartbeat::run(&c)?),
         Which::Pacora(c) => (c.clone(), pacora::run(&c)?),
         Which::Pota(a) => (a.common.clone(), pota::run(&a)?),
+        Which::Conference(a) => (a.common.clone(), conference::run(&a)?),
         Which::Observe(c) => (c.clone(), observe::run(&c)?),
     };
     if let Some(path) = &common.json_out {

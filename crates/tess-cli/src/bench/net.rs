@@ -3,7 +3,7 @@
 //! probe in `net/pingpong.rs`. (They lived in `tess-net` once; a service crate must not depend
 //! on the music application its benchmark drives, so they are here, above both.)
 
-mod cells;
+pub(super) mod cells;
 mod pingpong;
 mod scenarios;
 

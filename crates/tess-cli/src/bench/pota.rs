@@ -167,6 +167,7 @@ fn encode(
             noise_z: Some(2.5),
             max_margin: Some(0.6),
             slope: None,
+            initial: None,
         },
     );
     let mut broker = Broker::new(config, Tessd::new());

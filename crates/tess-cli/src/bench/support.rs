@@ -82,3 +82,17 @@ pub fn us(x: f64) -> String {
         format!("{x:.1}")
     }
 }
+
+/// A bench's cache of generated inputs: `explicit`, or `$XDG_CACHE_HOME/tess/NAME`, else
+/// `~/.cache/tess/NAME` (never in git).
+pub fn cache_dir(name: &str, explicit: Option<&std::path::Path>) -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(c) = explicit {
+        return c.to_path_buf();
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("tess").join(name)
+}

@@ -47,6 +47,11 @@ struct Cli {
     /// Weight of the best-effort flows together.
     #[arg(long, default_value_t = 1)]
     best_effort_weight: u32,
+    /// Receive buffer of the TCP connections the service opens, bytes (default: the kernel's
+    /// autotuning). Bounding it keeps a held-back flow's backlog at its sender rather than in
+    /// the link's shared queue.
+    #[arg(long, value_name = "BYTES")]
+    tcp_rcvbuf: Option<usize>,
     /// Pin the service thread to this hart.
     #[arg(long)]
     hart: Option<usize>,
@@ -87,6 +92,7 @@ fn main() -> Result<()> {
         },
         best_effort_weight: cli.best_effort_weight,
         window: Duration::from_secs(1),
+        tcp_rcvbuf: cli.tcp_rcvbuf,
     };
     tess_sched::rt::install_signal_handlers().context("installing signal handlers")?;
     if let Err(e) = tess_sched::lock_memory() {

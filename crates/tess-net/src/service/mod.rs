@@ -92,6 +92,11 @@ pub struct Config {
     pub best_effort_weight: u32,
     /// Rate-measuring window.
     pub window: Duration,
+    /// Receive buffer of the TCP connections the service opens (`SO_RCVBUF`, set before
+    /// connecting); `None`: the kernel's autotuning. A bounded buffer bounds what a sender
+    /// has in flight towards a flow the scheduler holds back, so the backlog waits at the
+    /// sender, per flow, instead of in the link's shared queue ahead of other flows.
+    pub tcp_rcvbuf: Option<usize>,
 }
 
 impl Default for Config {
@@ -109,6 +114,7 @@ impl Default for Config {
             wait: WaitMode::BusyPoll,
             best_effort_weight: 1,
             window: Duration::from_secs(1),
+            tcp_rcvbuf: None,
         }
     }
 }

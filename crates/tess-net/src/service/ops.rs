@@ -212,7 +212,7 @@ impl Service {
         let Some(addr) = self.may_open(i, addr, false) else {
             return;
         };
-        let r = sys::tcp_connect_start(addr).and_then(|sock| {
+        let r = sys::tcp_connect_start(addr, self.cfg.tcp_rcvbuf).and_then(|sock| {
             self.register(i, sock.as_raw_fd(), EPOLLIN | EPOLLOUT)?;
             Ok(sock)
         });

@@ -68,9 +68,10 @@ pub fn tcp_listener(addr: SocketAddr) -> io::Result<(TcpListener, SocketAddr)> {
     Ok((l, local))
 }
 
-/// Starts a non-blocking TCP connection; it completes when the socket becomes writable (then
-/// check [`take_socket_error`]).
-pub fn tcp_connect_start(addr: SocketAddr) -> io::Result<TcpStream> {
+/// Starts a non-blocking TCP connection, with a receive buffer of `rcvbuf` bytes if given (set
+/// before connecting, so that the window it announces fits); it completes when the socket
+/// becomes writable (then check [`take_socket_error`]).
+pub fn tcp_connect_start(addr: SocketAddr, rcvbuf: Option<usize>) -> io::Result<TcpStream> {
     let family = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -85,6 +86,10 @@ pub fn tcp_connect_start(addr: SocketAddr) -> io::Result<TcpStream> {
     })?;
     // SAFETY: `fd` is a fresh descriptor we own.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    if let Some(bytes) = rcvbuf {
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes)?;
+    }
     let to = SockaddrStorage::from(addr);
     // SAFETY: `to` holds a valid address of `to.len()` bytes.
     let rc = unsafe { libc::connect(fd, to.as_ptr(), to.len()) };

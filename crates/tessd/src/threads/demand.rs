@@ -7,7 +7,8 @@
 //!
 //! tessd therefore samples each thread every few tens of milliseconds: its CPU time
 //! (`/proc/TID/schedstat`) and whether it is runnable (`/proc/TID/stat`). A thread that ran since
-//! the last sample or is runnable now is *active*; one that has done neither for
+//! the last sample (more than [`NEGLIGIBLE_CPU_NS`]) or is runnable now is *active*; one that has
+//! done neither for
 //! [`QUIET_SAMPLES`] samples in a row is *idle*. Runnable counts because a busy thread can be
 //! throttled through a whole sample: without `HRTICK_DL` the kernel notices an exhausted budget
 //! only at the next tick, so a thread holding a small standby slice overruns it by up to a tick
@@ -28,6 +29,12 @@ use tess_core::layout::{Reservation, MIN_THREAD_SLICE};
 /// Samples without CPU time after which a thread counts as idle. Several samples, so that a
 /// thread that works in bursts (a frame every 40 ms) keeps its share between bursts.
 pub const QUIET_SAMPLES: u32 = 5;
+/// CPU time since the last sample that still counts as none: a housekeeping thread that wakes
+/// every 100 ms to look at a flag (a heartbeat's registration thread, a timer) runs a few
+/// microseconds each time and would otherwise never turn idle, holding an active share its
+/// standby slice covers many times over. (Found in `tess bench conference`: the indexer's one
+/// working thread got half its cell's budget, the registration thread the other half.)
+pub const NEGLIGIBLE_CPU_NS: u64 = 50_000;
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -88,7 +95,7 @@ impl DemandTracker {
             match seen.get_mut(&tid) {
                 Some(s) => {
                     let was = s.active();
-                    s.quiet = if now > s.cpu_ns || runnable {
+                    s.quiet = if now > s.cpu_ns + NEGLIGIBLE_CPU_NS || runnable {
                         0
                     } else {
                         s.quiet.saturating_add(1)
@@ -228,13 +235,15 @@ mod tests {
         assert!(d.observe("c", &[1, 2], read), "new threads change the cell");
         assert!(d.is_active("c", 1) && d.is_active("c", 2));
         for k in 0..QUIET_SAMPLES {
-            *cpu.borrow_mut().get_mut(&1).unwrap() += 10;
+            *cpu.borrow_mut().get_mut(&1).unwrap() += NEGLIGIBLE_CPU_NS + 1;
+            // Thread 2 wakes for a moment every sample: still quiet.
+            *cpu.borrow_mut().get_mut(&2).unwrap() += NEGLIGIBLE_CPU_NS;
             let changed = d.observe("c", &[1, 2], read);
             assert_eq!(changed, k + 1 == QUIET_SAMPLES, "sample {k}");
         }
         assert!(d.is_active("c", 1));
         assert!(!d.is_active("c", 2));
-        *cpu.borrow_mut().get_mut(&2).unwrap() += 1;
+        *cpu.borrow_mut().get_mut(&2).unwrap() += NEGLIGIBLE_CPU_NS + 1;
         assert!(
             d.observe("c", &[1, 2], read),
             "a waking thread is active at once"
