@@ -20,9 +20,9 @@ pub struct Solution {
     pub alloc: Vec<Vec<f64>>,
     /// Total penalty (evaluated on `alloc`, not the solver's own objective).
     pub penalty: f64,
-    /// The solver's own certificate of how far from the optimum `penalty` can be, relative:
-    /// Clarabel's relative primal-dual gap, or the interior point's certified gap (relative to
-    /// `max(1, penalty)`; see [`interior_point`]).
+    /// The solver's own certificate of how far from the optimum `penalty` can be, relative to
+    /// `max(1, penalty)`: `penalty` less Clarabel's dual objective (see [`socp::solve`]), or the
+    /// interior point's certified gap (see [`interior_point`]).
     pub duality_gap: f64,
     /// Interior-point iterations taken.
     pub iterations: u32,
