@@ -265,3 +265,137 @@ fn the_pacora_policy_sizes_cells_through_tessd() {
     let text = broker_status(&status, false);
     assert!(text.contains("policy pacora"), "{text}");
 }
+
+/// A TCP server on loopback that sends zeros to whoever connects, as fast as they read.
+fn zero_source() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut c = c;
+                let buf = vec![0u8; 64 * 1024];
+                while c.write_all(&buf).is_ok() {}
+            });
+        }
+    });
+    addr
+}
+
+/// The reservation and the limit of `flow` at the service, bits per second.
+fn flow_spec(d: &Daemon, service: &str, flow: &str) -> Option<(u64, u64)> {
+    let v = d.json(&["net", "flows", "--service", service]);
+    let f = v["flows"]
+        .as_array()?
+        .iter()
+        .find(|f| f["key"] == flow)?
+        .clone();
+    let spec = &f["spec"];
+    Some((
+        spec["reservation"]["bps"].as_u64()?,
+        spec["limit"]["bps"].as_u64()?,
+    ))
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
+    // policy = "pacora" with a [network] pool of 40 Mbit/s: a download in cell "hog" through a
+    // real tess-netd beats `conf-hog.net` with each 64 KiB it receives and a target no share
+    // meets. Its flow starts at the configured 5 Mbit/s (reservation and limit) and, alone in
+    // the pool, is then given all of it.
+    let d = Daemon::start();
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "hog",
+        "--policy",
+        "best-effort",
+        "--hart-ids",
+        "0",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("netd.ready");
+    let netd = Command::new(tess_testkit::built("tess-netd"))
+        .args([
+            "--name",
+            "net-brk",
+            "--wait",
+            "epoll",
+            "--max-datagram",
+            "1500",
+        ])
+        .args(["--capacity", "100mbit,100kpps", "--ready-file"])
+        .arg(&ready)
+        .env("TESS_SOCKET", &d.socket)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut kill = Kill(vec![netd]);
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "tess-netd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (_bdir, sock, status, broker) = start_broker(
+        &d,
+        "policy = \"pacora\"\nperiod = \"300ms\"\n[network]\nservice = \"net-brk\"\ncapacity = 40\n[cells.\"hog.net\"]\nfloor = 1\ninitial = 5\n",
+    );
+    kill.0.push(broker);
+    let source = zero_source();
+    let now_ns = tess_heartbeat::clock::now_ns();
+    let hog = Command::new(common::tess_bin())
+        .args(["run", "--cell", "hog", "--"])
+        .arg(common::tess_bin())
+        .args(["bench", "conference", "--role", "hog", "--secs", "60"])
+        .args(["--t0", &now_ns.to_string(), "--addr", &source.to_string()])
+        .args(["--net-service", "net-brk", "--out", "/dev/null"])
+        .env("TESS_SOCKET", &d.socket)
+        .env("TESS_BROKER_SOCKET", &sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kill.0.push(hog);
+    let mut seen_initial = false;
+    let t0 = Instant::now();
+    loop {
+        match flow_spec(&d, "net-brk", "cell:hog") {
+            Some((5_000_000, 5_000_000)) => seen_initial = true,
+            Some((40_000_000, 40_000_000)) => break,
+            _ => {}
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the broker did not give the flow the link: {:?}; status: {}",
+            flow_spec(&d, "net-brk", "cell:hog"),
+            std::fs::read_to_string(&status).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s: serde_json::Value = serde_json::from_str(&broker_status(&status, true)).unwrap();
+    let hog = s["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cell"] == "hog")
+        .unwrap_or_else(|| panic!("no hog in {s}"))
+        .clone();
+    assert_eq!(hog["resource"], "net", "{hog}");
+    assert_eq!(hog["measured_value"].as_f64(), Some(65536.0), "{hog}");
+    let reasons: Vec<&str> = hog["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        seen_initial || reasons.contains(&"initial"),
+        "the flow never held its initial share: {reasons:?}"
+    );
+    assert!(reasons.contains(&"trade-off"), "{reasons:?}");
+}

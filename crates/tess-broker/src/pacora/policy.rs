@@ -286,7 +286,13 @@ impl Pacora {
             .zip(&a_min)
             .map(|((i, _), a)| a.clamp(views[*i].floor, views[*i].ceiling))
             .sum();
-        let all_fit = a_min.iter().all(|a| a.is_finite()) && clamped <= left.max(0.0) + 1e-9;
+        // Every target is met only if each least share is within its cell's ceiling (a cell
+        // clamped there misses its target, however much pool is left) and they fit together.
+        let all_fit = modelled
+            .iter()
+            .zip(&a_min)
+            .all(|((i, _), a)| a.is_finite() && *a <= views[*i].ceiling)
+            && clamped <= left.max(0.0) + 1e-9;
         let solved = if all_fit || modelled.is_empty() {
             Ok(a_min.clone())
         } else {
@@ -577,6 +583,27 @@ mod tests {
         let a = p.decide(&[v]);
         assert_eq!(a[0].reason, "meets-target");
         assert!((a[0].share - 2.376).abs() < 1e-9, "{a:?}");
+    }
+
+    #[test]
+    fn a_cell_whose_target_needs_more_than_its_ceiling_is_a_trade_off() {
+        // 0.5 Mbit per unit at 1,000,000 units/s: no share within the 40 Mbit/s ceiling meets
+        // it, so it gets the ceiling as a trade-off, not as a met target.
+        let m = ResponseModel {
+            tau0: 0.0,
+            w: vec![0.5],
+            resources: 1,
+        };
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(40.0),
+            ..Default::default()
+        });
+        let mut v = view("hog", 5.0, 10.0, 1e6, 1.0);
+        v.ceiling = 40.0;
+        v.known = Some(m);
+        let a = p.decide(&[v]);
+        assert_eq!(a[0].reason, "trade-off", "{a:?}");
+        assert!((a[0].share - 40.0).abs() < 1e-6, "{a:?}");
     }
 
     #[test]

@@ -49,7 +49,7 @@ use super::Common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tess_bench::{Report, Summary, Table};
 use tess_broker::config::{CellLimits, Config, NetworkConfig, Policy as BrokerPolicy};
 use tess_broker::service::{Broker, Tessd};
@@ -310,6 +310,8 @@ fn read_out<T: serde::de::DeserializeOwned + Default>(
 fn broker_config(link: f64) -> Config {
     let mut c = Config {
         policy: BrokerPolicy::Pacora,
+        // Two rounds a second: a resize is followed within half a second.
+        period: Duration::from_millis(500),
         // Twice the video's measured decode demand: a frame's CPU time grows when the cell's
         // budget is small (the indexer runs between its slices and takes the caches), and
         // the decode of a resized stream's IDR frame is several times a P frame's.
@@ -456,8 +458,6 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
         Guard(Some(cmd.spawn()?))
     };
     guards.push(sender);
-    // The sender listens once it has loaded its clips.
-    std::thread::sleep(Duration::from_millis(800));
     let svc: Vec<String> = if tess_run {
         vec!["--net-service".into(), SERVICE_NAME.into()]
     } else {
@@ -479,7 +479,6 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
     let end = sched.end_ns() + roles::GRACE_NS + 2_000_000_000;
     let mut trace = vec!["t_s,heartbeat,resource,rate,tau_ms,from,to,reason,note".to_string()];
     let mut next_sample = t0;
-    let start = Instant::now();
     while now_ns() < end {
         if let (Some(b), Some(l)) = (broker.as_mut(), listener.as_ref()) {
             while let Ok(Some(inc)) = l.accept() {
@@ -589,7 +588,6 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
             .iter()
             .map(|e| format!("{name}: video {e}")),
     );
-    let _ = start;
     Ok(out)
 }
 

@@ -161,9 +161,29 @@ pub enum Conn {
 }
 
 impl Conn {
-    /// Connects to `to`, through the service named `service` if any, and says `hello`.
+    /// Connects to `to`, through the service named `service` if any, and says `hello`. A
+    /// refused connection is tried again for up to 10 s (the sender may still be loading its
+    /// clips).
     pub fn open(to: SocketAddr, service: Option<&str>, hello: u8) -> anyhow::Result<Conn> {
-        let mut c = match service {
+        let give_up = now_ns() + 10_000_000_000;
+        loop {
+            match Conn::connect(to, service) {
+                Ok(mut c) => {
+                    c.write_all(&[hello])?;
+                    return Ok(c);
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused && now_ns() < give_up =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(anyhow::anyhow!("connecting to {to}: {e}")),
+            }
+        }
+    }
+
+    fn connect(to: SocketAddr, service: Option<&str>) -> std::io::Result<Conn> {
+        Ok(match service {
             Some(s) => {
                 let mut t = tess_net::client::Net::named(s).tcp_connect(to)?;
                 // A blocking reader (the hog) sleeps until data comes, as on a kernel socket.
@@ -175,9 +195,7 @@ impl Conn {
                 let _ = t.set_nodelay(true);
                 Conn::Kernel(t)
             }
-        };
-        c.write_all(&[hello])?;
-        Ok(c)
+        })
     }
 
     /// Makes reads return `WouldBlock` instead of waiting.
