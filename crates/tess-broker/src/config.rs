@@ -230,6 +230,11 @@ impl Config {
                     anyhow::bail!("cell {name}: slope {s} must be a number >= 0");
                 }
             }
+            if let Some(i) = l.initial {
+                if !(i.is_finite() && i >= 0.0) {
+                    anyhow::bail!("cell {name}: initial {i} must be a number >= 0");
+                }
+            }
             if let (Some(f), Some(ce)) = (l.floor, l.ceiling) {
                 if f > ce {
                     anyhow::bail!("cell {name}: floor {f} is above the ceiling {ce}");
@@ -362,5 +367,6 @@ mod tests {
         assert!(Config::parse("policy = \"pacora\"\n[network]\ncapacity = 0\n").is_err());
         assert!(Config::parse("policy = \"pacora\"\n[network]\nservice = \"x\"\n").is_err());
         assert!(Config::parse("[network]\ncapacity = 10\n").is_err());
+        assert!(Config::parse("[cells.\"v.net\"]\ninitial = -1\n").is_err());
     }
 }

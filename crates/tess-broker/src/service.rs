@@ -69,6 +69,8 @@ impl Resource {
 pub trait Flows {
     /// Gives cell `cell`'s flow `mbps` Mbit/s as its reservation and its limit.
     fn set(&mut self, cell: &str, mbps: f64) -> anyhow::Result<()>;
+    /// Makes cell `cell`'s flow best effort again (its heartbeat is gone).
+    fn clear(&mut self, cell: &str) -> anyhow::Result<()>;
 }
 
 /// [`Flows`] through a network service's QoS interface (connected lazily, and again after a
@@ -113,6 +115,18 @@ impl Flows for NetService {
             }
             anyhow::anyhow!("{e}")
         })
+    }
+
+    fn clear(&mut self, cell: &str) -> anyhow::Result<()> {
+        if self.control.is_none() {
+            self.control = Some(self.net.control()?);
+        }
+        let c = self.control.as_mut().expect("just connected");
+        c.clear(&tess_net_client::qos::flow_key(Some(cell), 0))
+            .map_err(|e| {
+                self.control = None;
+                anyhow::anyhow!("{e}")
+            })
     }
 }
 
@@ -348,8 +362,12 @@ impl<C: Cells> Broker<C> {
         }
         Incoming::accept(&inc.conn);
         let _ = inc.conn.set_nonblocking(true);
+        let prefix = match resource {
+            Resource::Cpu => "hb-",
+            Resource::Net => "hb-net-",
+        };
         let published =
-            tess_stats::Publisher::try_create(&tess_stats::runtime_name("hb-", &cell), None);
+            tess_stats::Publisher::try_create(&tess_stats::runtime_name(prefix, &cell), None);
         self.brokered.push(Brokered {
             status: CellStatus {
                 cell: cell.clone(),
@@ -373,7 +391,18 @@ impl<C: Cells> Broker<C> {
             let i = self.brokered.len() - 1;
             let cell = &self.brokered[i].cell;
             let (floor, ceiling) = self.config.flow_limits(cell);
-            let initial = self.config.flow_initial(cell);
+            // Never more than the other flows leave of the pool.
+            let others: f64 = self
+                .brokered
+                .iter()
+                .filter(|b| b.resource == Resource::Net)
+                .map(|b| b.status.share)
+                .sum();
+            let capacity = self.config.network.as_ref().map_or(0.0, |n| n.capacity);
+            let initial = self
+                .config
+                .flow_initial(cell)
+                .min((capacity - others).max(0.0));
             self.brokered[i].status.floor = floor;
             self.brokered[i].status.ceiling = ceiling;
             self.set_flow(i, 0.0, initial, "initial", String::new());
@@ -400,13 +429,33 @@ impl<C: Cells> Broker<C> {
         }
     }
 
-    /// Drops heartbeats whose process hung up.
-    pub fn reap(&mut self) {
+    /// Drops heartbeats whose process hung up; returns whether any did.
+    pub fn reap(&mut self) -> bool {
+        let before = self.brokered.len();
+        let mut gone_flows = Vec::new();
         self.brokered.retain(|b| {
             use std::io::Read;
             let mut buf = [0u8; 16];
-            !matches!((&b.conn).read(&mut buf), Ok(0))
+            let alive = !matches!((&b.conn).read(&mut buf), Ok(0));
+            if !alive && b.resource == Resource::Net {
+                gone_flows.push(b.cell.clone());
+            }
+            alive
         });
+        // A flow whose heartbeat is gone gives its reservation back to the service, so that
+        // what the pool counts as free is free there too.
+        if let Some((_, flows)) = self.network.as_mut() {
+            for cell in gone_flows {
+                if let Err(e) = flows.clear(&cell) {
+                    self.refused
+                        .push_back(format!("clearing cell {cell}'s flow: {e:#}"));
+                    if self.refused.len() > KEEP_DECISIONS {
+                        self.refused.pop_front();
+                    }
+                }
+            }
+        }
+        self.brokered.len() != before
     }
 
     /// Runs the decisions that are due. Returns whether any ran. Under PACORA all cells are
@@ -610,7 +659,7 @@ impl<C: Cells> Broker<C> {
                     ceiling: t.cfg.ceiling,
                     slope: self.config.slope(&self.brokered[i].cell),
                     tau: None,
-                    known: value.map(|ns| demand_model(ns / 1e9)),
+                    known: self.plausible(i, value, rate, t.info.harts.len() as f64, 1e-9),
                 });
                 targets.push((i, t, rate));
             }
@@ -666,6 +715,28 @@ impl<C: Cells> Broker<C> {
         }
     }
 
+    /// The demand model of heartbeat `i`'s period, from the mean value its beats carried
+    /// (`scale` turns it into the resource's unit: ns into CPU seconds, bytes into Mbit), or
+    /// `None` if they carried none or claimed the impossible: more of the resource per second,
+    /// `value x rate`, than `most` (the cell's harts; the link). A cell cannot take the pool
+    /// by inflating its values beyond what it could have used; within that, a cell that lies
+    /// gets at most its ceiling.
+    fn plausible(
+        &mut self,
+        i: usize,
+        value: Option<f64>,
+        rate: f64,
+        most: f64,
+        scale: f64,
+    ) -> Option<crate::pacora::ResponseModel> {
+        let w = value? * scale;
+        if !(w.is_finite() && w * rate <= most * 1.05) {
+            self.brokered[i].status.anomalies.impossible_values += 1;
+            return None;
+        }
+        Some(demand_model(w))
+    }
+
     /// Heartbeat `i`'s flow as PACORA sees it, or `None` (recorded why) when it has no target.
     /// A flow heartbeat's value is the unit's size in bytes ([`demand_model`]).
     fn flow_view(&mut self, i: usize, rate: f64, bytes: Option<f64>) -> Option<CellView> {
@@ -681,7 +752,9 @@ impl<C: Cells> Broker<C> {
             record(b, rate, share, share, "no-target", String::new());
             return None;
         };
-        let known = bytes.map(|bytes| demand_model(bytes * 8.0 / 1e6));
+        let capacity = self.config.network.as_ref().map_or(0.0, |n| n.capacity);
+        let known = self.plausible(i, bytes, rate, capacity, 8.0 / 1e6);
+        let b = &mut self.brokered[i];
         let tau = known
             .as_ref()
             .filter(|_| share > 0.0)
@@ -788,8 +861,8 @@ pub fn serve<C: Cells>(
                 }
             }
         }
-        broker.reap();
-        if broker.decide_due() {
+        let reaped = broker.reap();
+        if broker.decide_due() || reaped {
             if let Err(e) = crate::status::write(status_path, &broker.status()) {
                 eprintln!("tess-broker: writing {}: {e}", status_path.display());
             }

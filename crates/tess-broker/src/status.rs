@@ -96,6 +96,10 @@ pub struct Anomalies {
     pub count_went_back: u64,
     /// Decisions at which the target was invalid.
     pub bad_target: u64,
+    /// Periods whose beats' values claimed more of the resource than the cell could use (its
+    /// harts; the link): the values were ignored.
+    #[serde(default)]
+    pub impossible_values: u64,
 }
 
 /// One decision.

@@ -360,7 +360,7 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    kill.0.push(hog);
+    let mut download = Kill(vec![hog]);
     let mut seen_initial = false;
     let t0 = Instant::now();
     loop {
@@ -398,4 +398,16 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
         "the flow never held its initial share: {reasons:?}"
     );
     assert!(reasons.contains(&"trade-off"), "{reasons:?}");
+    // The download ends: its heartbeat goes, and the broker gives the reservation back.
+    drop(Kill(std::mem::take(&mut download.0)));
+    let t0 = Instant::now();
+    while flow_spec(&d, "net-brk", "cell:hog").is_some() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the flow kept its reservation after its heartbeat went: {:?}; status: {}",
+            flow_spec(&d, "net-brk", "cell:hog"),
+            std::fs::read_to_string(&status).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -53,8 +53,10 @@ int tess_heartbeat_register(const char *name, uint64_t target_ns_per_unit, tess_
 // `hb` is a handle from `tess_heartbeat_register` not yet freed.
 void tess_heartbeat_beat(const tess_heartbeat_t *hb);
 
-// One unit of work is done, and `value` is what the program measured for it (e.g. the
-// nanoseconds it took). Safe to call from several threads at once. No system call.
+// One unit of work is done, and `value` is its demand: the CPU nanoseconds it used (a CPU
+// heartbeat), or its size in bytes (a heartbeat named `CELL.net`, of the cell's network
+// flow). The PACORA broker sizes the cell from it (docs/broker.md, "Beats that carry
+// demands"); pass 0 for none. Safe to call from several threads at once. No system call.
 //
 // # Safety
 // `hb` is a handle from `tess_heartbeat_register` not yet freed.

@@ -97,8 +97,10 @@ impl Heartbeat {
         self.beat_with(0)
     }
 
-    /// One unit of work is done, and this is what the cell measured for it (e.g. the ns it
-    /// took, or the bytes it produced; the broker reports it and may use it).
+    /// One unit of work is done, and `value` is its demand: the CPU nanoseconds it used (a CPU
+    /// heartbeat), or its size in bytes (a heartbeat named `CELL.net`, of the cell's network
+    /// flow). The PACORA broker sizes the cell from it (docs/broker.md, "Beats that carry
+    /// demands"); 0 means none.
     #[inline]
     pub fn beat_with(&self, value: u64) {
         let index = self.count_word().fetch_add(1, Ordering::Relaxed);

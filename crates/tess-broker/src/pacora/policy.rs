@@ -237,9 +237,11 @@ impl Pacora {
         let held: f64 = views
             .iter()
             .map(|v| match &self.cells[&v.cell].model {
+                // A modelled cell is raised to its floor whatever it holds now.
                 Some(m) if !silent(v) => match least_share(m, v, margin) {
-                    a if a.is_finite() => a.clamp(v.floor, v.ceiling).min(v.share),
-                    _ => v.floor.min(v.share),
+                    a if a <= v.ceiling => a.max(v.floor).min(v.share.max(v.floor)),
+                    // No share within its ceiling meets its target (infinite, or beyond).
+                    _ => v.floor,
                 },
                 _ => v.share,
             })
@@ -563,6 +565,52 @@ mod tests {
         ]);
         assert_eq!(a[2].reason, "learning");
         assert!(a[2].share > 0.5, "{a:?}");
+    }
+
+    #[test]
+    fn a_learning_flow_grows_into_a_hog_s_share_and_floors_are_never_overbooked() {
+        // A hog with a demand model no share within its ceiling satisfies holds 9.0 of 9.5;
+        // a new flow learning at 0.5 wants 7.4 and may take what the hog holds above its floor.
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(9.5),
+            ..Default::default()
+        });
+        let hog_model = ResponseModel {
+            tau0: 0.0,
+            w: vec![0.524],
+            resources: 1,
+        };
+        let mut hog = view("hog", 9.0, 10.0, 1e6, 1.0);
+        hog.ceiling = 9.5;
+        hog.known = Some(hog_model.clone());
+        p.decide(&[hog.clone()]);
+        let mut video = view("video", 0.5, 40.0, 270.0, 100.0);
+        video.ceiling = 9.5;
+        video.tau = Some(1.0 / 40.0);
+        let a = p.decide(&[hog.clone(), video.clone()]);
+        assert_eq!(a[1].reason, "learning");
+        assert!(a[1].share > 2.0, "{a:?}");
+        let total: f64 = a.iter().map(|x| x.share).sum();
+        assert!(total <= 9.5 + 1e-9, "{a:?}");
+        // A modelled cell below its floor (its first share was refused) is counted at its
+        // floor: the learning cell cannot take that part of the pool.
+        let mut low = view("low", 0.1, 30.0, 30.0, 1.0);
+        low.floor = 0.21;
+        low.known = Some(ResponseModel {
+            tau0: 0.0,
+            w: vec![0.001],
+            resources: 1,
+        });
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(2.416),
+            ..Default::default()
+        });
+        p.decide(&[low.clone()]);
+        let mut learner = view("learner", 0.3, 1.0, 30.0, 1.0);
+        learner.ceiling = 2.4;
+        let a = p.decide(&[low, learner]);
+        let total: f64 = a.iter().map(|x| x.share).sum();
+        assert!(total <= 2.416 + 1e-9, "{a:?}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! `tess bench conference`: PACORA runs the video conference (seed 004 section 6.2, Fig. 7;
 //! issue 14).
 //!
-//! Nine incoming H.264 streams at 30 fps, each received over TCP and decoded by one thread of
-//! the video cell (libavcodec, one thread per stream, as the paper's player) and handed to a
-//! frame sink over a channel; a parallel file indexer over real text in a second cell; a TCP
+//! Nine incoming H.264 streams at 30 fps, received over TCP and decoded in the video cell
+//! (libavcodec, one decoder per stream; one thread per hart of the cell polls its streams and
+//! decodes earliest release first, `roles::video`) and handed to a frame sink over channels; a parallel file indexer over real text in a second cell; a TCP
 //! bandwidth hog (a download as fast as the link allows) in a third. Every `--resize-every`
 //! seconds a resize happens: one stream switches to its large encoding (640x360, 800 kbit/s
 //! instead of 320x180, 200 kbit/s) or back, so one stream at most is large. The remote sites
@@ -21,12 +21,12 @@
 //!
 //! Under `pacora` the bench runs the broker's own loop ([`tess_broker::service::Broker`],
 //! policy `pacora` with a `[network]` pool) in this process, as `tess bench pota` does. The
-//! video cell beats two heartbeats per frame: `conf-video` with the frame's decode latency
-//! (arrival to decoded; target 10 ms) and `conf-video.net` with its transfer latency (release
-//! to arrival; target 20 ms). The indexer beats per document and the hog per 64 KiB, both with
-//! targets no allocation meets and a low penalty slope: they take what the video needs to
-//! leave. PACORA fits each heartbeat's response-time function from these measurements and
-//! allocates the hart's CPU pool (video, indexer) and the link's pool (video flow, hog).
+//! video cell beats two heartbeats per frame, both with a target of 270 frames a second:
+//! `conf-video` carrying the frame's decode CPU time and `conf-video.net` its size (the demands
+//! the broker's models are made of, docs/broker.md "Beats that carry demands"). The indexer
+//! beats per 64 KiB of text and the hog per 64 KiB received, both with targets no allocation
+//! meets and a low penalty slope: they take what the video leaves. PACORA allocates the hart's
+//! CPU pool (video, indexer) and the link's pool (video flow, hog).
 //!
 //! **Hart layout** (2 harts; more harts give the cells more): the lowest managed hart holds the
 //! network service's cell, the hog's best-effort cell, the sender and the broker; the highest
@@ -35,8 +35,8 @@
 //! **Figures**: `fps_ok_fraction` (of the 1 s windows, those in which every stream had at least
 //! 29 of its 30 frames decoded by its display deadline, 100 ms after release; the first 3 s and
 //! the second after each resize are not counted), `hog_bandwidth_share` (the hog's mean
-//! throughput over the counted windows / the link), `indexer_throughput` (MB of text indexed
-//! per second), each for `pacora` and prefixed `static_` and `linux_` for the baselines, and
+//! throughput over the counted windows / the link, `--link-mbps`), `indexer_throughput` (MB of
+//! text indexed per second, over the counted windows), each for `pacora` and prefixed `static_` and `linux_` for the baselines, and
 //! the broker's mean allocations. `--svg` plots allocations and frame rates over time (the
 //! paper's Fig. 7).
 
@@ -356,7 +356,8 @@ fn broker_config(link: f64) -> Config {
 fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result<RunOut> {
     let a = env.a;
     let tess_run = name != "linux";
-    let link = a.link_mbps * SERVICE_FRACTION;
+    // Whole kbit/s: the service and the broker's pool hold exactly the same capacity.
+    let link = (a.link_mbps * SERVICE_FRACTION * 1000.0).floor() / 1000.0;
     let mut out = RunOut {
         name,
         ..Default::default()
@@ -652,10 +653,21 @@ pub fn run(a: &ConferenceArgs) -> anyhow::Result<Report> {
     if let Some(role) = a.role.clone() {
         return run_role(a, &role);
     }
+    let need = static_video_mbps() / SERVICE_FRACTION;
     anyhow::ensure!(
-        a.link_mbps > 2.0 && a.link_mbps.is_finite(),
-        "--link-mbps must be above 2 (the streams need about 2.4 Mbit/s)"
+        a.link_mbps > need && a.link_mbps.is_finite(),
+        "--link-mbps must be above {need:.2} (the static run reserves {:.2} Mbit/s of the service's {:.0}% of the link for the video)",
+        static_video_mbps(),
+        SERVICE_FRACTION * 100.0
     );
+    for (what, v) in [("--secs", a.secs), ("--resize-every", a.resize_every)] {
+        if let Some(v) = v {
+            anyhow::ensure!(
+                v.is_finite() && v > 0.0 && v <= 3600.0,
+                "{what} takes seconds in (0, 3600], not {v}"
+            );
+        }
+    }
     for r in &a.runs {
         anyhow::ensure!(
             ["linux", "static", "pacora"].contains(&r.as_str()),

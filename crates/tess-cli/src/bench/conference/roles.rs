@@ -198,6 +198,14 @@ impl Conn {
         })
     }
 
+    /// Makes reads give up after `t` (`WouldBlock` or `TimedOut`).
+    pub fn set_read_timeout(&mut self, t: Duration) -> std::io::Result<()> {
+        match self {
+            Conn::Service(s) => s.set_read_timeout(Some(t)),
+            Conn::Kernel(s) => s.set_read_timeout(Some(t)),
+        }
+    }
+
     /// Makes reads return `WouldBlock` instead of waiting.
     pub fn set_nonblocking(&mut self) -> std::io::Result<()> {
         match self {
@@ -430,10 +438,19 @@ fn serve_streams(
     sched: Schedule,
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut errors = Vec::new();
     loop {
         let mut busy = false;
         for s in streams.iter_mut() {
-            busy |= s.poll(&mut buf)?;
+            // A corrupt or failed stream ends alone; the thread's other streams go on.
+            match s.poll(&mut buf) {
+                Ok(got) => busy |= got,
+                Err(e) => {
+                    errors.push(format!("stream {}: {e:#}", s.stream));
+                    s.open = false;
+                    s.bytes.clear();
+                }
+            }
         }
         let next = streams
             .iter()
@@ -444,7 +461,12 @@ fn serve_streams(
             let s = &mut streams[i];
             let (h, au, arrival) = s.frames.pop_front().expect("a frame");
             let cpu0 = super::super::decoders::thread_cpu_ns();
-            s.decoder.decode(&au)?;
+            if let Err(e) = s.decoder.decode(&au) {
+                errors.push(format!("stream {}: {e:#}", s.stream));
+                s.open = false;
+                s.frames.clear();
+                continue;
+            }
             let done = now_ns();
             // The beats' values are the frame's demands, its CPU time and its size: the
             // broker's models of the cell's CPU and of its flow.
@@ -463,6 +485,7 @@ fn serve_streams(
             continue;
         }
         if streams.iter().all(|s| !s.open) || now_ns() > sched.end_ns() + GRACE_NS {
+            anyhow::ensure!(errors.is_empty(), "{}", errors.join("; "));
             return Ok(());
         }
         if !busy {
@@ -557,6 +580,8 @@ pub struct HogOut {
 pub fn hog(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::Result<HogOut> {
     let hb = Heartbeat::register(HOG_HB, Some(Target::PerUnit(INSATIABLE)))?;
     let mut c = Conn::open(to, service, HOG_HELLO)?;
+    // A held-back flow or a stalled service must not keep the hog past the grace period.
+    c.set_read_timeout(Duration::from_millis(200))?;
     let mut out = HogOut::default();
     let mut buf = vec![0u8; HOG_CHUNK];
     let mut since_beat = 0usize;
@@ -567,7 +592,16 @@ pub fn hog(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::Re
         let n = match c.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             // The sender closing mid-stream ends the download.
             Err(_) => break,
         };
