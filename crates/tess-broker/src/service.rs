@@ -74,11 +74,20 @@ pub trait Flows {
 }
 
 /// [`Flows`] through a network service's QoS interface (connected lazily, and again after a
-/// failure).
+/// failure). A request waits at most [`FLOW_REPLY_TIMEOUT`] for the service, and after a
+/// failure the service is left alone for [`FLOW_RETRY_AFTER`]: a stalled service delays the
+/// broker's round by a fraction of a second, not by 15 s per flow.
 pub struct NetService {
     net: tess_net_client::Net,
     control: Option<tess_net_client::Control>,
+    /// `CLOCK_MONOTONIC` ns before which no request is tried (after a failure).
+    quiet_until_ns: u64,
 }
+
+/// Longest wait for the network service's answer to one request.
+pub const FLOW_REPLY_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long the broker leaves a network service alone after it failed to answer.
+pub const FLOW_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 impl NetService {
     /// The service named `name` at tessd's nameserver.
@@ -86,7 +95,42 @@ impl NetService {
         NetService {
             net: tess_net_client::Net::named(name),
             control: None,
+            quiet_until_ns: 0,
         }
+    }
+
+    /// Sends `req` (connecting first if needed); a failure other than a refusal drops the
+    /// connection and quiets the service for a while.
+    fn call(&mut self, req: &tess_net_client::ControlRequest) -> anyhow::Result<()> {
+        let now = now_ns();
+        if now < self.quiet_until_ns {
+            anyhow::bail!(
+                "the network service failed a moment ago; trying again in {} ms",
+                (self.quiet_until_ns - now) / 1_000_000
+            );
+        }
+        let result = self.try_call(req);
+        if let Err(e) = &result {
+            let refused = e
+                .downcast_ref::<tess_net_client::ControlError>()
+                .is_some_and(|e| matches!(e, tess_net_client::ControlError::Refused(_)));
+            if !refused {
+                self.control = None;
+                self.quiet_until_ns = now_ns() + FLOW_RETRY_AFTER.as_nanos() as u64;
+            }
+        }
+        result
+    }
+
+    fn try_call(&mut self, req: &tess_net_client::ControlRequest) -> anyhow::Result<()> {
+        if self.control.is_none() {
+            let mut c = self.net.control()?;
+            c.set_reply_timeout(FLOW_REPLY_TIMEOUT);
+            self.control = Some(c);
+        }
+        let c = self.control.as_mut().expect("just connected");
+        c.call(req)?;
+        Ok(())
     }
 }
 
@@ -98,35 +142,23 @@ impl std::fmt::Debug for NetService {
 
 impl Flows for NetService {
     fn set(&mut self, cell: &str, mbps: f64) -> anyhow::Result<()> {
-        use tess_net_client::{qos::flow_key, QosSpec, Throughput};
-        if self.control.is_none() {
-            self.control = Some(self.net.control()?);
-        }
+        use tess_net_client::{qos::flow_key, ControlRequest, QosSpec, Throughput};
         let rate = Throughput::bits((mbps * 1e6).round() as u64);
         let spec = QosSpec {
             reservation: rate,
             limit: Some(rate),
             ..QosSpec::default()
         };
-        let c = self.control.as_mut().expect("just connected");
-        c.set(&flow_key(Some(cell), 0), spec).map_err(|e| {
-            if !matches!(e, tess_net_client::ControlError::Refused(_)) {
-                self.control = None;
-            }
-            anyhow::anyhow!("{e}")
+        self.call(&ControlRequest::Set {
+            flow: flow_key(Some(cell), 0),
+            spec,
         })
     }
 
     fn clear(&mut self, cell: &str) -> anyhow::Result<()> {
-        if self.control.is_none() {
-            self.control = Some(self.net.control()?);
-        }
-        let c = self.control.as_mut().expect("just connected");
-        c.clear(&tess_net_client::qos::flow_key(Some(cell), 0))
-            .map_err(|e| {
-                self.control = None;
-                anyhow::anyhow!("{e}")
-            })
+        self.call(&tess_net_client::ControlRequest::Clear {
+            flow: tess_net_client::qos::flow_key(Some(cell), 0),
+        })
     }
 }
 

@@ -94,6 +94,8 @@ pub(crate) struct Conn {
     pub(crate) nonblocking: bool,
     pub(crate) read_timeout: Option<Duration>,
     pub(crate) write_timeout: Option<Duration>,
+    /// Longest wait for the answer to a control request.
+    pub(crate) reply_timeout: Duration,
     sent: SentRing,
     error: Option<i32>,
 }
@@ -105,6 +107,7 @@ impl Conn {
             nonblocking: false,
             read_timeout: None,
             write_timeout: None,
+            reply_timeout: REPLY_TIMEOUT,
             sent: SentRing::new(),
             error: None,
         }
@@ -275,7 +278,7 @@ impl Conn {
     /// Sends a `CONTROL` request and waits for its JSON reply.
     pub(crate) fn control(&mut self, json: &[u8]) -> io::Result<Vec<u8>> {
         self.send(&Header::new(Op::Control), json)?;
-        let r = self.next(Some(REPLY_TIMEOUT), |h, p| match h.op {
+        let r = self.next(Some(self.reply_timeout), |h, p| match h.op {
             Op::ControlReply => Seen::Take(p.to_vec()),
             _ => Seen::Skip,
         });

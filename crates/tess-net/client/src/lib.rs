@@ -51,6 +51,7 @@ use conn::Conn;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tess_channel::Endpoint;
 
 /// The service name clients use unless told otherwise.
@@ -177,6 +178,12 @@ impl Control {
     /// Opens the interface of the service named by `TESS_NET_SERVICE` (default `net`).
     pub fn connect() -> io::Result<Control> {
         Net::from_env().control()
+    }
+
+    /// How long a request waits for the service's answer (default 15 s); a caller that must
+    /// not stall with the service (the broker's loop) sets less.
+    pub fn set_reply_timeout(&mut self, t: Duration) {
+        self.conn.reply_timeout = t;
     }
 
     /// Sends one request and returns the reply (refusals become [`ControlError::Refused`]).
