@@ -690,7 +690,6 @@ impl<C: Cells> Broker<C> {
                     floor: t.cfg.floor,
                     ceiling: t.cfg.ceiling,
                     slope: self.config.slope(&self.brokered[i].cell),
-                    tau: None,
                     known: self.plausible(i, value, rate, t.info.harts.len() as f64, 1e-9),
                 });
                 targets.push((i, t, rate));
@@ -800,7 +799,6 @@ impl<C: Cells> Broker<C> {
             floor,
             ceiling,
             slope,
-            tau,
             known,
         })
     }

@@ -120,6 +120,26 @@ fn broker_status(status: &std::path::Path, json: bool) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Cell `name`'s entry in a parsed broker status.
+fn status_cell<'a>(s: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    s["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cell"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {s}"))
+}
+
+/// The reasons of a status cell's recent decisions, oldest first.
+fn reasons(cell: &serde_json::Value) -> Vec<&str> {
+    cell["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 #[ignore = "needs root: a private tessd on the real kernel"]
 fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
@@ -151,27 +171,14 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
     }
     assert_eq!(budget_ns(&d, "fixed"), initial, "a pinned cell changed");
     let s: serde_json::Value = serde_json::from_str(&broker_status(&status, true)).unwrap();
-    let cells = s["cells"].as_array().unwrap();
-    let find = |name: &str| {
-        cells
-            .iter()
-            .find(|c| c["cell"] == name)
-            .unwrap_or_else(|| panic!("{name} not in {s}"))
-    };
-    let enc = find("enc");
+    let enc = status_cell(&s, "enc");
     assert_eq!(enc["target_rate"].as_f64(), Some(1.0));
     assert!(enc["beats"].as_u64().unwrap() > 0);
     assert!(enc["measured_rate"].as_f64().unwrap() > 1.0);
-    let fixed = find("fixed");
-    let reasons: Vec<&str> = fixed["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["reason"].as_str().unwrap())
-        .collect();
+    let fixed = reasons(status_cell(&s, "fixed"));
     assert!(
-        !reasons.is_empty() && reasons.iter().all(|r| *r == "pinned"),
-        "{reasons:?}"
+        !fixed.is_empty() && fixed.iter().all(|r| *r == "pinned"),
+        "{fixed:?}"
     );
     let text = broker_status(&status, false);
     assert!(text.contains("enc") && text.contains("fixed"), "{text}");
@@ -378,21 +385,10 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let s: serde_json::Value = serde_json::from_str(&broker_status(&status, true)).unwrap();
-    let hog = s["cells"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["cell"] == "hog")
-        .unwrap_or_else(|| panic!("no hog in {s}"))
-        .clone();
+    let hog = status_cell(&s, "hog");
     assert_eq!(hog["resource"], "net", "{hog}");
     assert_eq!(hog["measured_value"].as_f64(), Some(65536.0), "{hog}");
-    let reasons: Vec<&str> = hog["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["reason"].as_str().unwrap())
-        .collect();
+    let reasons = reasons(hog);
     assert!(
         seen_initial || reasons.contains(&"initial"),
         "the flow never held its initial share: {reasons:?}"

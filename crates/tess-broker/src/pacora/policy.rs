@@ -103,11 +103,6 @@ pub struct CellView {
     pub ceiling: f64,
     /// Penalty per second of response time over the deadline (relative to other cells).
     pub slope: f64,
-    /// The response time per unit the cell measured itself (the mean of its beats' values),
-    /// seconds; `None`: the policy takes `1 / rate`. A cell whose work arrives at a fixed pace
-    /// (a video stream at 30 frames per second) beats at that pace whatever it is given, so
-    /// only its own latency per unit shows what a share does for it.
-    pub tau: Option<f64>,
     /// A response-time function the caller knows exactly (a flow's transmission time per
     /// unit, `8 bytes / b`, from the unit sizes it measured this period): used as is, in place
     /// of one fitted from the samples.
@@ -115,9 +110,9 @@ pub struct CellView {
 }
 
 impl CellView {
-    /// The period's response time per unit, seconds: measured, or `1 / rate`.
+    /// The period's response time per unit, seconds: `1 / rate`.
     pub fn response_time(&self) -> f64 {
-        self.tau.unwrap_or(1.0 / self.rate)
+        1.0 / self.rate
     }
 
     /// The response time to meet: the target's time per unit with `margin` to spare.
@@ -397,9 +392,6 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         return;
     }
     let tau = v.response_time();
-    if !(tau > 0.0 && tau.is_finite()) {
-        return;
-    }
     if let Some(m) = &st.model {
         let predicted = m.eval(&[v.share]);
         if ((predicted - tau) / tau).abs() > PHASE_CHANGE {
@@ -483,7 +475,6 @@ mod tests {
             floor: 0.05,
             ceiling: 1.9,
             slope,
-            tau: None,
             known: None,
         }
     }
@@ -586,7 +577,6 @@ mod tests {
         p.decide(&[hog.clone()]);
         let mut video = view("video", 0.5, 40.0, 270.0, 100.0);
         video.ceiling = 9.5;
-        video.tau = Some(1.0 / 40.0);
         let a = p.decide(&[hog.clone(), video.clone()]);
         assert_eq!(a[1].reason, "learning");
         assert!(a[1].share > 2.0, "{a:?}");
@@ -666,28 +656,6 @@ mod tests {
         let mut ok = [1.0, 2.0];
         fit_to_pool(&mut ok, &[0.5, 0.5], 4.0);
         assert_eq!(ok, [1.0, 2.0]);
-    }
-
-    #[test]
-    fn a_paced_cell_is_sized_by_the_latency_it_reports() {
-        // A video stream: frames arrive at 30/s whatever the share, so its rate says nothing;
-        // each frame's latency (its beat's value) is 5 ms + 4 ms per hart. The least share
-        // that meets 1/33 s per frame is 0.004 / (1/33 - 0.005) = 0.158.
-        let plant = Plant {
-            tau0: 0.005,
-            w: 0.004,
-        };
-        let mut p = Pacora::new(PacoraConfig::default());
-        let mut share = 0.8;
-        let mut last = Vec::new();
-        for k in 0..12 {
-            let mut v = view("video", share, 30.0, 30.0, 1.0);
-            v.tau = Some(1.0 / plant.rate(share, k));
-            last = p.decide(&[v]);
-            share = last[0].share;
-        }
-        assert_eq!(last[0].reason, "meets-target", "{last:?}");
-        assert!((share - 0.158).abs() < 0.02, "{share}");
     }
 
     #[test]

@@ -53,7 +53,7 @@ use std::time::Duration;
 use tess_bench::{Report, Summary, Table};
 use tess_broker::config::{CellLimits, Config, NetworkConfig, Policy as BrokerPolicy};
 use tess_broker::service::{Broker, Tessd};
-use tess_core::spec::{CellSpec, HartRequest, Policy};
+use tess_core::spec::{CellSpec, Policy};
 use tess_heartbeat::clock::now_ns;
 use tess_sched::HartSet;
 use wire::{Schedule, STREAMS};
@@ -213,15 +213,12 @@ struct RunOut {
     notes: Vec<String>,
 }
 
-fn cell(name: &str, policy: Policy, harts: &HartSet, pinned: bool) -> CellSpec {
+/// A bench cell on `hart` (the layout gives each cell one hart), pinned or not.
+fn cell(name: &str, policy: Policy, hart: &HartSet, pinned: bool) -> CellSpec {
+    let hart = hart.first().expect("a hart");
     CellSpec {
-        name: name.into(),
-        policy,
-        harts: HartRequest::Ids(harts.clone()),
-        memory_max: None,
-        pids_max: None,
         pinned,
-        idle: None,
+        ..super::support::cell_on_hart(name, policy, hart)
     }
 }
 

@@ -292,16 +292,6 @@ impl Shown {
     }
 }
 
-fn quantile_ms(v: &mut [u64], q: f64) -> f64 {
-    if v.is_empty() {
-        // No frames at all (the run's frame counts say so); JSON has no NaN.
-        return 0.0;
-    }
-    v.sort_unstable();
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i] as f64 / 1e6
-}
-
 /// Receives and decodes the nine streams until the sender stops; returns what the sink saw.
 ///
 /// One kernel thread per hart of the cell (as Pulse runs one per hart) serves the streams
@@ -550,19 +540,16 @@ fn frame_sink(mut from: Vec<tess_channel::Endpoint>, sched: Schedule) -> VideoOu
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    out.e2e_ms = [
-        quantile_ms(&mut e2e, 0.5),
-        quantile_ms(&mut e2e, 0.99),
-        quantile_ms(&mut e2e, 1.0),
-    ];
-    out.transfer_ms = [
-        quantile_ms(&mut transfer, 0.5),
-        quantile_ms(&mut transfer, 0.99),
-    ];
-    out.decode_ms = [
-        quantile_ms(&mut decode, 0.5),
-        quantile_ms(&mut decode, 0.99),
-    ];
+    // In ms; no frames at all give zeros (the run's frame counts say so; JSON has no NaN).
+    let ms = |v: &[u64]| {
+        let s = tess_bench::Summary::of_ns(v);
+        [s.median / 1e6, s.p99 / 1e6, s.max / 1e6]
+    };
+    out.e2e_ms = ms(&e2e);
+    let [p50, p99, _] = ms(&transfer);
+    out.transfer_ms = [p50, p99];
+    let [p50, p99, _] = ms(&decode);
+    out.decode_ms = [p50, p99];
     out
 }
 
