@@ -22,7 +22,9 @@
 //! if that is too close to learn from. A period whose response time the model misses by more
 //! than [`PHASE_CHANGE`] starts a new phase: the older samples are dropped, the cell learns
 //! again. A cell whose heartbeat did not beat in the period (rate 0) keeps its share: no
-//! sample, nothing learned, nothing moved (`no-rate`).
+//! sample, nothing learned, nothing moved (`no-rate`). A cell whose view carries a `known`
+//! model (its beats carried each unit's demand: `tau = w / a` with `w` measured this period,
+//! the broker's `demand_model`) takes that model as is, with no samples or learning.
 //!
 //! The pool: `capacity` harts if configured, otherwise what the cells held when they joined
 //! (each brings its share in and takes its last share out when it leaves), so the policy
