@@ -253,8 +253,7 @@ pub struct CellSpec {
     /// The user fixed this allocation; no policy may change it (seed 000 section 2.3).
     #[serde(default)]
     pub pinned: bool,
-    /// What idle harts do (`None`: [`IdleMode::Spin`] for dedicated and time-triggered cells,
-    /// [`IdleMode::Halt`] for the others).
+    /// What idle harts do (`None`: [`IdleMode::Halt`], see [`CellSpec::idle_mode`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleMode>,
 }

@@ -7,10 +7,9 @@
 //! `tess-testkit` (machine-wide lock, private socket, state and cgroup subtree).
 
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tess_music::emulator::{self, EmulatorConfig, Pace};
 use tess_music::gesture::Gesture;
 use tess_music::host::{Host, HostConfig};
@@ -25,45 +24,13 @@ struct Daemon {
     _tessd: Tessd,
 }
 
-/// `tess-netd`, built next to the tests by `cargo build --workspace` (this test lives with the
-/// music application, above the network service, so that `tess-net` does not depend on it).
-fn netd() -> PathBuf {
-    tess_testkit::built("tess-netd")
-}
-
 fn start() -> Daemon {
     let tessd = Tessd::start();
     // The nameserver clients of this process (ns::connect) find the daemon here.
     std::env::set_var(tess_proto::SOCKET_ENV, &tessd.socket);
-    let ready = tessd.dir.path().join("netd.ready");
-    let log = tessd.dir.path().join("netd.log");
-    let mut reaper = Reaper::default();
-    reaper.push(
-        Command::new(netd())
-            .args(["--name", "net-it", "--wait", "epoll", "--ready-file"])
-            .arg(&ready)
-            .env(tess_proto::SOCKET_ENV, &tessd.socket)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&ready, &log);
     Daemon {
-        _netd: reaper,
+        _netd: tessd.start_netd("net-it"),
         _tessd: tessd,
-    }
-}
-
-fn wait_for(p: &Path, log: &Path) {
-    let t0 = Instant::now();
-    while !p.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "tess-netd did not register: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

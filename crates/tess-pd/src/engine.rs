@@ -320,6 +320,19 @@ impl Engine {
         self.midi = parser;
     }
 
+    /// Input channels (`adc~`; at least as many as output channels).
+    pub fn input_channels(&self) -> usize {
+        self.prog.shared.adc.len()
+    }
+
+    /// Sets input channel `ch` (0-based, `adc~ ch+1`) for the next block; `samples` is one
+    /// block long. Channels the patch has no bus for are ignored.
+    pub fn write_input(&mut self, ch: usize, samples: &[f32]) {
+        if let Some(bus) = self.prog.shared.adc.get(ch) {
+            lock(bus).copy_from_slice(samples);
+        }
+    }
+
     /// Copies output channel `ch` of the last block into `out`.
     pub fn read_output(&self, ch: usize, out: &mut [f32]) {
         out.copy_from_slice(&lock(&self.prog.shared.dac[ch]));

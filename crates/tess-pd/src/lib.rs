@@ -23,8 +23,10 @@
 pub mod atom;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod device;
 pub mod engine;
 pub mod graph;
+pub mod jack_io;
 pub mod load;
 pub mod objects;
 pub mod parse;

@@ -47,7 +47,8 @@ pub struct PlayReport {
     pub compute_p50_us: f64,
 }
 
-fn percentile(sorted: &[u64], q: f64) -> f64 {
+/// The sample at or above rank `q` of `sorted` ns samples, in us (0 when there are none).
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

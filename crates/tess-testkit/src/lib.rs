@@ -396,6 +396,37 @@ impl Drop for Tessd {
     }
 }
 
+impl Tessd {
+    /// Starts the network service (`tess-netd`, built next to the tests) registered with this
+    /// daemon's nameserver as `name`, epoll-waiting, and returns once it has registered; its log
+    /// is `DIR/netd-NAME.log`. The returned reaper kills it by pid: drop it before the daemon.
+    pub fn start_netd(&self, name: &str) -> Reaper {
+        let ready = self.dir.path().join(format!("netd-{name}.ready"));
+        let log = self.dir.path().join(format!("netd-{name}.log"));
+        let mut reaper = Reaper::default();
+        reaper.push(
+            Command::new(built("tess-netd"))
+                .args(["--name", name, "--wait", "epoll", "--ready-file"])
+                .arg(&ready)
+                .env("TESS_SOCKET", &self.socket)
+                .stdout(Stdio::null())
+                .stderr(File::create(&log).expect("creating the service's log"))
+                .spawn()
+                .expect("starting tess-netd"),
+        );
+        let t0 = Instant::now();
+        while !ready.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "tess-netd did not register: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        reaper
+    }
+}
+
 /// Children a test started, killed by pid (SIGKILL) and reaped when dropped: a test never
 /// cleans up by process name.
 #[derive(Debug, Default)]

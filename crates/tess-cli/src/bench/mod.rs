@@ -7,6 +7,7 @@
 //! soon as it is registered here), and `tess bench record` writes the benchmark record from
 //! one run set (see [`record`]).
 
+mod audio_device;
 mod conference;
 mod convolution;
 mod daemon;
@@ -134,6 +135,10 @@ enum Which {
     /// TCP decoded in a video cell, a file indexer and a bandwidth hog; the broker divides the
     /// CPU and the link. Against a static split and plain Linux in the same run.
     Conference(conference::ConferenceArgs),
+    /// The graph engine as the host of seed 001's Ethernet audio device (section 5.3, Table
+    /// 2): response times alone and beside a synthetic application in another cell, 5 minutes
+    /// each, against plain Linux and `chrt -f 99` in the same run.
+    AudioDevice(audio_device::AudioDeviceArgs),
     /// What watching costs (issue 16): a Prometheus scrape and a `tess top` refresh with 100
     /// cells, and a compute step's CPU time with and without 10 Hz scraping.
     Observe(Common),
@@ -220,6 +225,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         Which::Pota(a) => (a.common.clone(), pota::run(&a)?),
         Which::Conference(a) => (a.common.clone(), conference::run(&a)?),
         Which::Observe(c) => (c.clone(), observe::run(&c)?),
+        Which::AudioDevice(a) => (a.common.clone(), audio_device::run(&a)?),
     };
     if let Some(path) = &common.json_out {
         std::fs::write(path, report.render_json())

@@ -1,4 +1,4 @@
-//! Workloads the benchmarks run inside cells: `tess work spin | probe | load`.
+//! Workloads the benchmarks run inside cells: `tess work spin | probe | load | sort | ...`.
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::time::Duration;
@@ -14,6 +14,9 @@ pub enum WorkCmd {
     Probe(ProbeArgs),
     /// Many CPU-bound threads, until killed.
     Load(LoadArgs),
+    /// The synthetic application of seed 001 section 5.3: independent instances of a sorting
+    /// algorithm, one thread each, until killed.
+    Sort(SortArgs),
     /// Sleep until killed (a process that holds a cell's threads).
     Idle,
     /// Register NAME with the nameserver and echo every client's messages upper-cased.
@@ -111,6 +114,18 @@ pub struct LoadArgs {
     pub threads: usize,
 }
 
+/// `sort`.
+#[derive(Args, Debug)]
+pub struct SortArgs {
+    /// Number of sorting threads (one per hart of the cell, as in the paper).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Keys per sort (u32): the default, 1 Mi keys (4 MiB), is larger than a core's private
+    /// caches, so the sorts also take memory bandwidth and shared cache.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub keys: usize,
+}
+
 /// One unit of CPU-bound work (an xorshift chain the optimizer cannot remove).
 #[inline(never)]
 pub(crate) fn unit(mut x: u64) -> u64 {
@@ -194,6 +209,32 @@ pub fn run(cmd: WorkCmd) -> anyhow::Result<i32> {
                     loop {
                         x = unit(x);
                         std::hint::black_box(x);
+                    }
+                });
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        WorkCmd::Sort(a) => {
+            anyhow::ensure!(
+                a.threads > 0 && a.keys > 0,
+                "--threads and --keys must be positive"
+            );
+            for i in 0..a.threads {
+                let keys = a.keys;
+                std::thread::spawn(move || {
+                    let mut v = vec![0u32; keys];
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
+                    loop {
+                        for k in v.iter_mut() {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            *k = x as u32;
+                        }
+                        v.sort_unstable();
+                        std::hint::black_box(&v);
                     }
                 });
             }

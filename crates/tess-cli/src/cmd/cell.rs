@@ -108,8 +108,9 @@ pub struct CreateArgs {
     /// Fix this allocation: no policy may change it.
     #[arg(long)]
     pub pinned: bool,
-    /// Dedicated cells: keep idle harts spinning for fast wake-ups (spin, the default) or let
-    /// them halt to save power.
+    /// Dedicated, time-triggered and event-triggered cells: keep idle harts spinning for fast
+    /// wake-ups (spin: tens of microseconds sooner on a virtual machine) or let them halt to
+    /// save power (halt, the default).
     #[arg(long, value_enum)]
     pub idle: Option<IdleArg>,
     /// Print JSON.

@@ -75,6 +75,77 @@ enum Cmd {
         #[arg(long, value_name = "ADDR:PORT")]
         midi_udp: Option<std::net::SocketAddr>,
     },
+    /// Serve the Ethernet audio device of seed 001: 10 in / 10 out channels at 44.1 kHz, a
+    /// 1296-byte UDP packet of 32 frames every 725.6 us, each answered with the patch's output
+    /// before the next is due. The packet's channels feed `adc~ 1`..`adc~ 10`; `dac~ 1`..`dac~ 10`
+    /// go back (wire format: crates/tess-pd/README.md, "The Ethernet audio device"). Runs until
+    /// --seconds pass from the first packet, or SIGINT/SIGTERM; then prints what it served.
+    ///
+    /// Example: tess run --cell pd -- tess-pd device effects.pd --listen 127.0.0.1:9700
+    Device {
+        /// The patch (.pd).
+        patch: PathBuf,
+        /// Address to receive the device's packets on.
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: std::net::SocketAddr,
+        /// Bind the socket in the tess network service of this name (e.g. `net`) instead of
+        /// in the kernel directly: the service gives the flow its reservation (tess-netd).
+        #[arg(long, value_name = "NAME")]
+        net_service: Option<String>,
+        /// Stop this many seconds after the first packet (default: at SIGINT/SIGTERM).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Scheduling strategy.
+        #[arg(long, value_enum, default_value = "serial")]
+        strategy: Strategy,
+        /// Harts (threads) for the parallel strategies.
+        #[arg(long, default_value_t = 1)]
+        harts: usize,
+        /// Serve at SCHED_FIFO this priority (1-99; needs root or CAP_SYS_NICE). In a tess
+        /// dedicated cell the hart is the engine's alone, so a real-time priority only keeps
+        /// the kernel's own best-effort threads from delaying a packet.
+        #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
+        rt_priority: Option<i32>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Play a patch through JACK (jackd2, or PipeWire's JACK): one input port per adc~
+    /// channel, one output port per dac~ channel, the patch run in JACK's process callback at
+    /// JACK's sample rate, several engine blocks per JACK period when the period is longer.
+    /// Runs until --seconds pass or SIGINT/SIGTERM, then prints the periods, xruns and the
+    /// callback's time against the period.
+    ///
+    /// Example: tess run --cell audio -- tess-pd jack synth.pd --connect-out system:playback_1 --connect-out system:playback_2
+    Jack {
+        /// The patch (.pd).
+        patch: PathBuf,
+        /// Seconds to play (default: until SIGINT/SIGTERM).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// The JACK client's name.
+        #[arg(long, default_value = "tess-pd")]
+        client_name: String,
+        /// Engine block in samples (default 64, or JACK's period when smaller); must divide
+        /// JACK's period.
+        #[arg(long)]
+        block: Option<usize>,
+        /// Connect output port N (out_N) to this port; give it once per output, in order.
+        #[arg(long = "connect-out", value_name = "PORT")]
+        connect_out: Vec<String>,
+        /// Connect this port to input port N (in_N); give it once per input, in order.
+        #[arg(long = "connect-in", value_name = "PORT")]
+        connect_in: Vec<String>,
+        /// Scheduling strategy.
+        #[arg(long, value_enum, default_value = "serial")]
+        strategy: Strategy,
+        /// Harts (threads) for the parallel strategies.
+        #[arg(long, default_value_t = 1)]
+        harts: usize,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the objects this engine implements.
     Objects,
 }
@@ -147,6 +218,119 @@ fn main() -> anyhow::Result<()> {
                 println!(
                     "response (release to done), us: p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}; compute p50 {:.0}",
                     r.p50_us, r.p99_us, r.p999_us, r.max_us, r.compute_p50_us
+                );
+            }
+        }
+        Cmd::Device {
+            patch,
+            listen,
+            net_service,
+            seconds,
+            strategy,
+            harts,
+            rt_priority,
+            json,
+        } => {
+            use tess_pd::device;
+            if let Some(s) = seconds {
+                anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
+            }
+            tess_sched::rt::install_signal_handlers()?;
+            let mut engine = tess_pd::engine::Engine::open(&patch, device::config())
+                .with_context(|| format!("loading {}", patch.display()))?;
+            let mut exec = Executor::new(strategy, harts);
+            if let Some(p) = rt_priority {
+                exec = exec.realtime(p);
+                tess_pd::sched::set_fifo(p).with_context(|| {
+                    format!(
+                        "--rt-priority {p}: cannot run at SCHED_FIFO (needs root or CAP_SYS_NICE)"
+                    )
+                })?;
+            }
+            let mut link =
+                device::Link::bind(listen, net_service.as_deref()).with_context(|| {
+                    match &net_service {
+                        Some(n) => format!("binding {listen} in network service {n}"),
+                        None => format!("binding {listen}"),
+                    }
+                })?;
+            eprintln!(
+                "tess-pd: serving the audio device on {} ({} in / {} out channels of the patch)",
+                link.local_addr()?,
+                engine.input_channels().min(device::CHANNELS),
+                engine.channels().min(device::CHANNELS)
+            );
+            let r = device::serve(
+                &mut engine,
+                &mut exec,
+                &mut link,
+                &tess_sched::rt::STOP,
+                seconds.map(std::time::Duration::from_secs_f64),
+            )?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{} packets answered, {} sequence gaps, {} malformed datagrams dropped{}",
+                    r.answered,
+                    r.gaps,
+                    r.malformed,
+                    r.first_malformed
+                        .as_deref()
+                        .map(|e| format!(" (first: {e})"))
+                        .unwrap_or_default()
+                );
+                println!(
+                    "arrival to answer sent, us: p50 {:.1}  p99 {:.1}  max {:.1}",
+                    r.turnaround_p50_us, r.turnaround_p99_us, r.turnaround_max_us
+                );
+            }
+        }
+        Cmd::Jack {
+            patch,
+            seconds,
+            client_name,
+            block,
+            connect_out,
+            connect_in,
+            strategy,
+            harts,
+            json,
+        } => {
+            if let Some(s) = seconds {
+                anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
+            }
+            tess_sched::rt::install_signal_handlers()?;
+            let opts = tess_pd::jack_io::JackOptions {
+                client_name,
+                block,
+                connect_outputs: connect_out,
+                connect_inputs: connect_in,
+            };
+            let r = tess_pd::jack_io::play(
+                &patch,
+                Executor::new(strategy, harts),
+                &opts,
+                seconds,
+                &tess_sched::rt::STOP,
+            )
+            .with_context(|| format!("playing {} through JACK", patch.display()))?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{}: {} periods of {} samples at {} Hz ({:.0} us), engine block {}; {} xruns",
+                    r.client_name,
+                    r.periods,
+                    r.buffer_size,
+                    r.sample_rate,
+                    r.period_us,
+                    r.block,
+                    r.xruns
+                );
+                println!(
+                    "process callback, us: p50 {:.1}  p99 {:.1}  max {:.1} (deadline {:.0})",
+                    r.callback_p50_us, r.callback_p99_us, r.callback_max_us, r.period_us
                 );
             }
         }
