@@ -330,20 +330,29 @@ impl ThreadManager {
             rank[s] += 1;
         }
         for (s, tids) in members.iter().enumerate() {
-            let active = tids
+            let (active, idle): (Vec<i32>, Vec<i32>) =
+                tids.iter().partition(|&&t| self.demand.is_active(cell, t));
+            let shares = demand::split(&res, active.len(), idle.len());
+            // The active threads' part of the budget, divided by demand (an even split when no
+            // demand is known yet).
+            let demands: Vec<demand::Demand> = active
                 .iter()
-                .filter(|&&t| self.demand.is_active(cell, t))
-                .count();
-            let shares = demand::split(&res, active, tids.len() - active);
-            for &tid in tids {
-                let share = shares.map(|(a, i)| {
-                    if self.demand.is_active(cell, tid) {
-                        a
-                    } else {
-                        i
-                    }
-                });
+                .map(|&t| self.demand.demand(cell, t))
+                .collect();
+            let runtimes = shares.map(|(a, _)| {
+                demand::active_runtimes(a.runtime * active.len() as u32, res.period, &demands)
+            });
+            for (k, &tid) in active.iter().enumerate() {
+                let share = shares
+                    .zip(runtimes.as_ref())
+                    .map(|((a, _), r)| Reservation { runtime: r[k], ..a });
+                self.demand
+                    .record_share(cell, tid, share.map(|r| r.utilization()));
                 plan.push((tid, s, share));
+            }
+            for &tid in &idle {
+                self.demand.record_share(cell, tid, None);
+                plan.push((tid, s, shares.map(|(_, i)| i)));
             }
         }
         let mut report = SyncReport::default();

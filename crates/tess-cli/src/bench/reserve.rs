@@ -70,6 +70,10 @@ pub struct ShareArgs {
     /// Add a thread that wakes every this many milliseconds and records how late it runs.
     #[arg(long)]
     pub probe_ms: Option<u64>,
+    /// Light threads: each does 1 ms of CPU work every 10 ms (a tenth of a hart) and sleeps the
+    /// rest (a period it cannot finish in runs into the next).
+    #[arg(long, default_value_t = 0)]
+    pub light: usize,
 }
 
 #[derive(serde::Deserialize, serde::Serialize, Clone, Copy, Debug)]
@@ -81,6 +85,9 @@ struct Share {
     late_p99_ms: Option<f64>,
     #[serde(default)]
     late_max_ms: Option<f64>,
+    /// CPU time of the main busy thread alone (seconds).
+    #[serde(default)]
+    main_cpu_s: Option<f64>,
 }
 
 impl Share {
@@ -96,6 +103,17 @@ fn process_cpu_s() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU time of the calling thread, seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 fn spin_until(end_ns: u64) {
@@ -148,6 +166,23 @@ pub fn work(a: ShareArgs) -> anyhow::Result<i32> {
             Ok(())
         }));
     }
+    for _ in 0..a.light {
+        handles.push(std::thread::spawn(move || {
+            own()?;
+            clock::sleep_until_ns(start);
+            let mut next = start;
+            while next < end {
+                // 1 ms of CPU time (not of wall time: preempted, it takes longer), then sleep
+                let until = thread_cpu_s() + 1e-3;
+                while thread_cpu_s() < until && clock::now_ns() < end {
+                    spin_until(clock::now_ns() + 20_000);
+                }
+                next += 10_000_000;
+                clock::sleep_until_ns(next);
+            }
+            Ok(())
+        }));
+    }
     let probe = a.probe_ms.map(|period_ms| {
         std::thread::spawn(move || {
             own()?;
@@ -165,8 +200,10 @@ pub fn work(a: ShareArgs) -> anyhow::Result<i32> {
     own()?;
     clock::sleep_until_ns(start);
     let cpu0 = process_cpu_s();
+    let main0 = thread_cpu_s();
     let t0 = clock::now_ns();
     spin_until(end);
+    let main_cpu_s = thread_cpu_s() - main0;
     for h in handles {
         h.join()
             .map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
@@ -176,6 +213,7 @@ pub fn work(a: ShareArgs) -> anyhow::Result<i32> {
         wall_s: (clock::now_ns() - t0) as f64 / 1e9,
         late_p99_ms: None,
         late_max_ms: None,
+        main_cpu_s: Some(main_cpu_s),
     };
     if let Some(p) = probe {
         let mut late = p
