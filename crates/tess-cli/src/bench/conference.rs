@@ -86,6 +86,13 @@ pub struct ConferenceArgs {
     /// Only these runs, comma-separated (linux, static, pacora).
     #[arg(long, value_delimiter = ',', default_value = "linux,static,pacora")]
     pub runs: Vec<String>,
+    /// The video cell's threads: one per hart of the cell, each polling its share of the
+    /// streams and decoding earliest release first (`hart`, the default: the streams multiplexed
+    /// at user level, as Pulse does), or one per stream, each sleeping in read and decoding its
+    /// own (`stream`; under PACORA's tight budget its per-thread reservations starve the large
+    /// stream: docs/broker.md, "The section 6.2 experiment").
+    #[arg(long, value_enum, default_value = "hart")]
+    pub video_threads: roles::VideoThreads,
     /// Internal: the program to be (sender, video, hog, indexer).
     #[arg(long, hide = true)]
     pub role: Option<String>,
@@ -187,9 +194,12 @@ fn run_role(a: &ConferenceArgs, role: &str) -> anyhow::Result<Report> {
             roles::sender(need_addr()?, sched, load(&small)?, load(&large)?)?;
             serde_json::json!({})
         }
-        "video" => {
-            serde_json::to_value(roles::video(need_addr()?, a.net_service.as_deref(), sched)?)?
-        }
+        "video" => serde_json::to_value(roles::video(
+            need_addr()?,
+            a.net_service.as_deref(),
+            sched,
+            a.video_threads,
+        )?)?,
         "hog" => serde_json::to_value(roles::hog(need_addr()?, a.net_service.as_deref(), sched)?)?,
         "indexer" => serde_json::to_value(roles::indexer(sched)?)?,
         other => anyhow::bail!("unknown role {other:?} (sender, video, hog, indexer)"),
@@ -271,6 +281,15 @@ fn spawn_role(
     }
     if env.a.common.quick {
         cmd.arg("--quick");
+    }
+    if role == "video" {
+        cmd.args([
+            "--video-threads",
+            match env.a.video_threads {
+                roles::VideoThreads::Stream => "stream",
+                roles::VideoThreads::Hart => "hart",
+            },
+        ]);
     }
     cmd.args(["--cache", &cache_dir(env.a).display().to_string()]);
     cmd.args(extra);

@@ -303,8 +303,17 @@ impl Shown {
 /// the work of all the streams is done by as many kernel threads as the cell has harts, so
 /// the budget goes where the frames are. (Nine receiving threads and a decoding one were
 /// tried first: each receiver woke often enough to count as working, the cell's budget was
-/// split among them evenly, and the decoder got 40% of it.)
-pub fn video(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::Result<VideoOut> {
+/// split among them evenly, and the decoder got 40% of it. A thread per stream that sleeps in
+/// read, `--video-threads stream`, still fails under PACORA with tessd's split by demand: the
+/// cell's budget covers the streams' mean need, nine per-thread reservations cannot lend each
+/// other their slack, and each small stream's bursty peak plus headroom already asks for more
+/// than its even share, so the large stream's thread is held to an even share and falls behind.)
+pub fn video(
+    to: SocketAddr,
+    service: Option<&str>,
+    sched: Schedule,
+    threads: VideoThreads,
+) -> anyhow::Result<VideoOut> {
     let lib = super::super::decoders::avcodec_lib()?;
     let cpu = Arc::new(Heartbeat::register(
         VIDEO_CPU_HB,
@@ -315,17 +324,27 @@ pub fn video(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::
         Some(Target::PerUnit(FRAME_TARGET)),
     )?);
     let opts = tess_channel::ChannelOptions::for_max_message(Shown::LEN);
-    let harts = tess_sched::affinity::get_affinity(0)
-        .map(|h| h.len())
-        .unwrap_or(1)
-        .clamp(1, STREAMS);
+    let harts = match threads {
+        VideoThreads::Stream => STREAMS,
+        VideoThreads::Hart => tess_sched::affinity::get_affinity(0)
+            .map(|h| h.len())
+            .unwrap_or(1)
+            .clamp(1, STREAMS),
+    };
     let mut sinks = Vec::new();
     let mut groups: Vec<Vec<StreamIn>> = (0..harts).map(|_| Vec::new()).collect();
     for k in 0..STREAMS {
         let (tx, rx) = tess_channel::Channel::pair(&opts)?;
         sinks.push(rx);
         let mut conn = Conn::open(to, service, k as u8)?;
-        conn.set_nonblocking()?;
+        // A thread of its own sleeps in read until data comes; a thread serving several
+        // streams polls them.
+        let blocking = threads == VideoThreads::Stream;
+        if blocking {
+            conn.set_read_timeout(Duration::from_millis(50))?;
+        } else {
+            conn.set_nonblocking()?;
+        }
         groups[k % harts].push(StreamIn {
             stream: k,
             conn,
@@ -334,6 +353,7 @@ pub fn video(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::
             bytes: Vec::new(),
             frames: VecDeque::new(),
             open: true,
+            blocking,
         });
     }
     let mut threads = Vec::new();
@@ -364,6 +384,16 @@ pub fn video(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::
     Ok(out)
 }
 
+/// How the video cell's streams map to its threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VideoThreads {
+    /// A thread per stream, receiving and decoding it (the paper's shape).
+    Stream,
+    /// A thread per hart of the cell, each serving its share of the streams earliest release
+    /// first.
+    Hart,
+}
+
 /// One incoming stream, as its thread holds it.
 struct StreamIn {
     stream: usize,
@@ -375,6 +405,8 @@ struct StreamIn {
     /// Complete frames waiting to be decoded, with their arrival times.
     frames: VecDeque<(FrameHeader, Vec<u8>, u64)>,
     open: bool,
+    /// Reads wait (with a timeout) instead of returning at once: the stream has its thread.
+    blocking: bool,
 }
 
 impl StreamIn {
@@ -387,8 +419,19 @@ impl StreamIn {
                 Ok(n) => {
                     got = true;
                     self.bytes.extend_from_slice(&buf[..n]);
+                    if self.blocking {
+                        // what came is handled before waiting for more
+                        break;
+                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
@@ -432,6 +475,10 @@ fn serve_streams(
     loop {
         let mut busy = false;
         for s in streams.iter_mut() {
+            if s.blocking && !s.frames.is_empty() {
+                // decode what is queued before waiting in read for more
+                continue;
+            }
             // A corrupt or failed stream ends alone; the thread's other streams go on.
             match s.poll(&mut buf) {
                 Ok(got) => busy |= got,
@@ -478,7 +525,7 @@ fn serve_streams(
             anyhow::ensure!(errors.is_empty(), "{}", errors.join("; "));
             return Ok(());
         }
-        if !busy {
+        if !busy && !streams.iter().all(|s| s.blocking) {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
