@@ -214,16 +214,21 @@ pub struct ServeReport {
     pub turnaround_p99_us: f64,
     /// Largest.
     pub turnaround_max_us: f64,
+    /// What the OSC input delivered and dropped (with `--osc-udp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub osc: Option<crate::osc::OscStats>,
 }
 
 /// Serves the device with `engine` (opened with [`config`]) until `stop` is set or `until`
-/// passes (from the first packet). Errors only when the socket fails.
+/// passes (from the first packet), polling `control` before each block. Errors only when the
+/// socket fails.
 pub fn serve(
     engine: &mut Engine,
     exec: &mut Executor,
     link: &mut Link,
     stop: &AtomicBool,
     until: Option<Duration>,
+    control: &mut crate::play::ControlIn,
 ) -> io::Result<ServeReport> {
     let cfg = engine.config();
     if cfg.block != FRAMES || cfg.sample_rate != SAMPLE_RATE as f32 {
@@ -275,6 +280,7 @@ pub fn serve(
             channel(&rx[..len], ch, s);
             engine.write_input(ch, s);
         }
+        control.poll(engine);
         engine.tick(exec);
         for (ch, s) in samples.iter_mut().enumerate() {
             if ch < outs {
@@ -294,6 +300,7 @@ pub fn serve(
     report.turnaround_p50_us = percentile(&turnaround, 0.5);
     report.turnaround_p99_us = percentile(&turnaround, 0.99);
     report.turnaround_max_us = percentile(&turnaround, 1.0);
+    report.osc = control.osc.is_some().then(|| control.osc_stats.clone());
     Ok(report)
 }
 
@@ -347,7 +354,16 @@ mod tests {
             .unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let server = s.spawn(|| serve(&mut engine, &mut exec, &mut link, &stop, None));
+            let server = s.spawn(|| {
+                serve(
+                    &mut engine,
+                    &mut exec,
+                    &mut link,
+                    &stop,
+                    None,
+                    &mut crate::play::ControlIn::default(),
+                )
+            });
             // a stray datagram first: counted, dropped, the engine goes on
             device.send_to(b"hello", host).unwrap();
             let mut pkt = [0u8; PACKET_BYTES];

@@ -29,6 +29,7 @@ pub mod graph;
 pub mod jack_io;
 pub mod load;
 pub mod objects;
+pub mod osc;
 pub mod parse;
 pub mod play;
 pub mod render;

@@ -45,6 +45,9 @@ pub struct PlayReport {
     pub max_us: f64,
     /// Median compute time of a block (done minus start), us.
     pub compute_p50_us: f64,
+    /// What the OSC input delivered and dropped (with `--osc-udp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub osc: Option<crate::osc::OscStats>,
 }
 
 /// The sample at or above rank `q` of `sorted` ns samples, in us (0 when there are none).
@@ -56,16 +59,65 @@ pub(crate) fn percentile(sorted: &[u64], q: f64) -> f64 {
     sorted[i] as f64 / 1e3
 }
 
-/// Plays `patch` for `seconds` (or until `stop`), judging every block against its deadline.
-/// With `midi`, a non-blocking UDP socket, the MIDI bytes of every datagram that arrived are
-/// given to the patch (`notein`, `ctlin`) before each block, as Pd polls its MIDI queue.
+/// Control input the engine polls before each block, as Pd polls its MIDI queue and network
+/// objects: non-blocking UDP sockets for raw MIDI (each datagram MIDI bytes, to `notein` and
+/// `ctlin`) and for OSC ([`crate::osc`]).
+#[derive(Debug, Default)]
+pub struct ControlIn {
+    /// Raw MIDI datagrams (`--midi-udp`).
+    pub midi: Option<std::net::UdpSocket>,
+    /// OSC datagrams (`--osc-udp`).
+    pub osc: Option<std::net::UdpSocket>,
+    /// What the OSC input delivered and dropped.
+    pub osc_stats: crate::osc::OscStats,
+}
+
+impl ControlIn {
+    /// Binds the sockets asked for, non-blocking.
+    pub fn bind(
+        midi: Option<std::net::SocketAddr>,
+        osc: Option<std::net::SocketAddr>,
+    ) -> std::io::Result<ControlIn> {
+        let open = |a: Option<std::net::SocketAddr>| -> std::io::Result<_> {
+            a.map(|a| {
+                let s = std::net::UdpSocket::bind(a)?;
+                s.set_nonblocking(true)?;
+                Ok(s)
+            })
+            .transpose()
+        };
+        Ok(ControlIn {
+            midi: open(midi)?,
+            osc: open(osc)?,
+            osc_stats: Default::default(),
+        })
+    }
+
+    /// Delivers every datagram that has arrived to `e` (call between blocks).
+    pub fn poll(&mut self, e: &mut Engine) {
+        let mut buf = [0u8; 1500];
+        if let Some(sock) = &self.midi {
+            while let Ok(n) = sock.recv(&mut buf) {
+                e.midi_in(&buf[..n]);
+            }
+        }
+        if let Some(sock) = &self.osc {
+            while let Ok(n) = sock.recv(&mut buf) {
+                crate::osc::deliver(e, &buf[..n], &mut self.osc_stats);
+            }
+        }
+    }
+}
+
+/// Plays `patch` for `seconds` (or until `stop`), judging every block against its deadline;
+/// `control` is polled before each block.
 pub fn play(
     patch: &Path,
     config: Config,
     seconds: f64,
     exec: &mut Executor,
     stop: &AtomicBool,
-    midi: Option<&std::net::UdpSocket>,
+    control: &mut ControlIn,
 ) -> Result<PlayReport, EngineError> {
     let mut e = Engine::open(patch, config)?;
     let period_ns = (config.block as f64 / config.sample_rate as f64 * 1e9).round() as u64;
@@ -82,12 +134,7 @@ pub fn play(
         let release = t0 + k * period_ns;
         sleep_until_ns(release);
         let start = now_ns();
-        if let Some(sock) = midi {
-            let mut buf = [0u8; 1500];
-            while let Ok(n) = sock.recv(&mut buf) {
-                e.midi_in(&buf[..n]);
-            }
-        }
+        control.poll(&mut e);
         e.tick(exec);
         let done = now_ns();
         let resp = done.saturating_sub(release);
@@ -118,6 +165,7 @@ pub fn play(
         p999_us: percentile(&response, 0.999),
         max_us: response.last().map_or(0.0, |v| *v as f64 / 1e3),
         compute_p50_us: percentile(&compute, 0.5),
+        osc: control.osc.is_some().then(|| control.osc_stats.clone()),
     })
 }
 
@@ -132,6 +180,52 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 990.0);
         assert_eq!(percentile(&v, 0.999), 999.0);
         assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn control_datagrams_reach_the_patch_before_the_next_block() {
+        let d = tempfile::tempdir().unwrap();
+        let patch = d.path().join("r.pd");
+        std::fs::write(
+            &patch,
+            "#N canvas 0 0 400 300 12;\n#X obj 10 10 r level;\n#X obj 10 40 sig~;\n\
+             #X obj 10 70 dac~ 1;\n#X obj 100 10 notein;\n#X obj 100 40 sig~;\n\
+             #X obj 100 70 dac~ 2;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n\
+             #X connect 3 0 4 0;\n#X connect 4 0 5 0;\n",
+        )
+        .unwrap();
+        let mut e = Engine::open(
+            &patch,
+            Config {
+                sample_rate: 48000.0,
+                block: 64,
+            },
+        )
+        .unwrap();
+        let local: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut c = ControlIn::bind(Some(local), Some(local)).unwrap();
+        let (midi, osc) = (
+            c.midi.as_ref().unwrap().local_addr().unwrap(),
+            c.osc.as_ref().unwrap().local_addr().unwrap(),
+        );
+        let tx = std::net::UdpSocket::bind(local).unwrap();
+        let packet = rosc::encoder::encode(&rosc::OscPacket::Message(rosc::OscMessage {
+            addr: "/level".into(),
+            args: vec![rosc::OscType::Float(0.75)],
+        }))
+        .unwrap();
+        tx.send_to(&packet, osc).unwrap();
+        tx.send_to(&[0x90, 60, 100], midi).unwrap();
+        // loopback delivers at once; allow the kernel a moment all the same
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        c.poll(&mut e);
+        e.tick(&mut Executor::serial());
+        let mut out = [0f32; 64];
+        e.read_output(0, &mut out);
+        assert_eq!(out[0], 0.75, "the OSC message set the level");
+        e.read_output(1, &mut out);
+        assert_eq!(out[0], 60.0, "the MIDI note reached notein");
+        assert_eq!(c.osc_stats.delivered, 1);
     }
 
     #[test]
@@ -154,7 +248,7 @@ mod tests {
             0.2,
             &mut Executor::serial(),
             &AtomicBool::new(false),
-            None,
+            &mut ControlIn::default(),
         )
         .unwrap();
         assert!((r.period_us - 1333.333).abs() < 0.01, "{r:?}");

@@ -39,7 +39,16 @@ fn the_engine_answers_the_device_through_the_network_service() {
     dev.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let server = s.spawn(|| device::serve(&mut engine, &mut exec, &mut link, &stop, None));
+        let server = s.spawn(|| {
+            device::serve(
+                &mut engine,
+                &mut exec,
+                &mut link,
+                &stop,
+                None,
+                &mut tess_pd::play::ControlIn::default(),
+            )
+        });
         let mut pkt = [0u8; PACKET_BYTES];
         let mut ans = [0u8; PACKET_BYTES + 1];
         for seq in 0..20u32 {

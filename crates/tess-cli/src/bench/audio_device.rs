@@ -356,6 +356,7 @@ fn collect_engine(
         turnaround_p50_us: v["turnaround_p50_us"].as_f64().unwrap_or(0.0),
         turnaround_p99_us: v["turnaround_p99_us"].as_f64().unwrap_or(0.0),
         turnaround_max_us: v["turnaround_max_us"].as_f64().unwrap_or(0.0),
+        osc: None,
     })
 }
 

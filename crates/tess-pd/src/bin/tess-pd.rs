@@ -74,6 +74,11 @@ enum Cmd {
         /// next block.
         #[arg(long, value_name = "ADDR:PORT")]
         midi_udp: Option<std::net::SocketAddr>,
+        /// Take OSC from UDP datagrams on this address: `/NAME args` goes to receiver NAME (as
+        /// `; NAME args` would), `/midi` with MIDI or blob arguments to notein/ctlin; bundles
+        /// are delivered at once (crates/tess-pd/README.md, "Control input").
+        #[arg(long, value_name = "ADDR:PORT")]
+        osc_udp: Option<std::net::SocketAddr>,
     },
     /// Serve the Ethernet audio device of seed 001: 10 in / 10 out channels at 44.1 kHz, a
     /// 1296-byte UDP packet of 32 frames every 725.6 us, each answered with the patch's output
@@ -106,6 +111,12 @@ enum Cmd {
         /// the kernel's own best-effort threads from delaying a packet.
         #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
         rt_priority: Option<i32>,
+        /// Take raw MIDI from UDP datagrams on this address (as `play --midi-udp`).
+        #[arg(long, value_name = "ADDR:PORT")]
+        midi_udp: Option<std::net::SocketAddr>,
+        /// Take OSC from UDP datagrams on this address (as `play --osc-udp`).
+        #[arg(long, value_name = "ADDR:PORT")]
+        osc_udp: Option<std::net::SocketAddr>,
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
@@ -150,6 +161,37 @@ enum Cmd {
     Objects,
 }
 
+/// Binds the control inputs asked for, with an error naming the option.
+fn control_in(
+    midi: Option<std::net::SocketAddr>,
+    osc: Option<std::net::SocketAddr>,
+) -> anyhow::Result<tess_pd::play::ControlIn> {
+    let mut c = tess_pd::play::ControlIn::bind(midi, None)
+        .with_context(|| format!("--midi-udp: cannot listen on {}", midi.expect("asked for")))?;
+    if osc.is_some() {
+        c.osc = tess_pd::play::ControlIn::bind(None, osc)
+            .with_context(|| format!("--osc-udp: cannot listen on {}", osc.expect("asked for")))?
+            .osc;
+    }
+    Ok(c)
+}
+
+/// Prints what the OSC input did, if it was on.
+fn print_osc(osc: &Option<tess_pd::osc::OscStats>) {
+    if let Some(o) = osc {
+        println!(
+            "OSC: {} messages delivered, {} malformed datagrams, {} unsupported messages{}",
+            o.delivered,
+            o.malformed,
+            o.unsupported,
+            o.first_error
+                .as_deref()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default()
+        );
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Render {
@@ -186,6 +228,7 @@ fn main() -> anyhow::Result<()> {
             harts,
             json,
             midi_udp,
+            osc_udp,
         } => {
             anyhow::ensure!(
                 seconds > 0.0 && seconds.is_finite(),
@@ -197,16 +240,8 @@ fn main() -> anyhow::Result<()> {
                 block,
             };
             let stop = std::sync::atomic::AtomicBool::new(false);
-            let midi = match midi_udp {
-                Some(addr) => {
-                    let sock = std::net::UdpSocket::bind(addr)
-                        .with_context(|| format!("--midi-udp: cannot listen on {addr}"))?;
-                    sock.set_nonblocking(true)?;
-                    Some(sock)
-                }
-                None => None,
-            };
-            let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop, midi.as_ref())
+            let mut control = control_in(midi_udp, osc_udp)?;
+            let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop, &mut control)
                 .with_context(|| format!("playing {}", patch.display()))?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
@@ -219,6 +254,7 @@ fn main() -> anyhow::Result<()> {
                     "response (release to done), us: p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}; compute p50 {:.0}",
                     r.p50_us, r.p99_us, r.p999_us, r.max_us, r.compute_p50_us
                 );
+                print_osc(&r.osc);
             }
         }
         Cmd::Device {
@@ -229,9 +265,12 @@ fn main() -> anyhow::Result<()> {
             strategy,
             harts,
             rt_priority,
+            midi_udp,
+            osc_udp,
             json,
         } => {
             use tess_pd::device;
+            let mut control = control_in(midi_udp, osc_udp)?;
             if let Some(s) = seconds {
                 anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
             }
@@ -266,6 +305,7 @@ fn main() -> anyhow::Result<()> {
                 &mut link,
                 &tess_sched::rt::STOP,
                 seconds.map(std::time::Duration::from_secs_f64),
+                &mut control,
             )?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
@@ -284,6 +324,7 @@ fn main() -> anyhow::Result<()> {
                     "arrival to answer sent, us: p50 {:.1}  p99 {:.1}  max {:.1}",
                     r.turnaround_p50_us, r.turnaround_p99_us, r.turnaround_max_us
                 );
+                print_osc(&r.osc);
             }
         }
         Cmd::Jack {

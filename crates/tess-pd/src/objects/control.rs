@@ -501,8 +501,20 @@ impl PdObject for Print {
         false
     }
     fn message(&mut self, _inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
-        let args: Vec<String> = msg.args.iter().map(ToString::to_string).collect();
-        eprintln!("{}: {} {}", self.name, msg.selector, args.join(" "));
+        eprintln!("{}", print_line(&self.name, msg));
+    }
+}
+
+/// What Pd 0.53's `print` posts for `msg` (x_interface.c): a float or a list that starts with
+/// a number without a selector, a list that starts with a symbol as `list ...`.
+fn print_line(name: &str, msg: &Msg) -> String {
+    let args: Vec<String> = msg.args.iter().map(ToString::to_string).collect();
+    let numbers_first = matches!(msg.args.first(), Some(Atom::Float(_)));
+    match msg.selector.as_str() {
+        "float" | "list" if numbers_first => format!("{name}: {}", args.join(" ")),
+        "list" if args.is_empty() => format!("{name}: bang"),
+        sel if args.is_empty() => format!("{name}: {sel}"),
+        sel => format!("{name}: {sel} {}", args.join(" ")),
     }
 }
 
@@ -715,4 +727,45 @@ pub fn atom_box() -> Box<dyn PdObject> {
         bang: false,
         inlets: 1,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn print_posts_what_pd_posts() {
+        let f = |x: f32| Atom::Float(x);
+        let s = |x: &str| Atom::Symbol(x.into());
+        assert_eq!(print_line("p", &Msg::from_atoms(vec![f(0.5)])), "p: 0.5");
+        assert_eq!(
+            print_line("p", &Msg::from_atoms(vec![f(1.0), s("a")])),
+            "p: 1 a"
+        );
+        assert_eq!(
+            print_line("p", &Msg::from_atoms(vec![s("set"), f(2.0)])),
+            "p: set 2"
+        );
+        assert_eq!(print_line("p", &Msg::bang()), "p: bang");
+        assert_eq!(
+            print_line(
+                "p",
+                &Msg {
+                    selector: "list".into(),
+                    args: vec![s("a"), s("b")]
+                }
+            ),
+            "p: list a b"
+        );
+        assert_eq!(
+            print_line(
+                "p",
+                &Msg {
+                    selector: "symbol".into(),
+                    args: vec![s("x")]
+                }
+            ),
+            "p: symbol x"
+        );
+    }
 }
