@@ -49,7 +49,7 @@ pub enum JackError {
 }
 
 /// What to do.
-#[derive(Debug, Clone)]
+#[derive(Debug, Default)]
 pub struct JackOptions {
     /// The client's name (JACK may add a suffix when it is taken).
     pub client_name: String,
@@ -59,6 +59,9 @@ pub struct JackOptions {
     pub connect_outputs: Vec<String>,
     /// Connect these ports to the input ports in order (e.g. `system:capture_1`).
     pub connect_inputs: Vec<String>,
+    /// MIDI and OSC control input, polled at the start of every period (two non-blocking
+    /// `recv` calls, a few microseconds, when on).
+    pub control: crate::play::ControlIn,
 }
 
 /// What a JACK run measured.
@@ -84,6 +87,9 @@ pub struct JackReport {
     pub callback_max_us: f64,
     /// One period, us: the callback's deadline.
     pub period_us: f64,
+    /// What the OSC input delivered and dropped (with `--osc-udp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub osc: Option<crate::osc::OscStats>,
 }
 
 /// The real-time side: the engine, its executor and the ports, owned by JACK's process thread.
@@ -93,6 +99,7 @@ struct Process {
     ins: Vec<jack::Port<jack::AudioIn>>,
     outs: Vec<jack::Port<jack::AudioOut>>,
     block: usize,
+    control: crate::play::ControlIn,
     /// Callback times in ns, preallocated (no allocation in the callback); full: not recorded.
     times: Vec<u64>,
     periods: u64,
@@ -109,6 +116,7 @@ impl jack::ProcessHandler for Process {
             }
             return jack::Control::Continue;
         }
+        self.control.poll(&mut self.engine);
         for off in (0..n).step_by(self.block) {
             for (ch, p) in self.ins.iter().enumerate() {
                 self.engine
@@ -144,7 +152,7 @@ impl jack::NotificationHandler for Notifications {
 pub fn play(
     patch: &Path,
     mut exec: Executor,
-    opts: &JackOptions,
+    opts: JackOptions,
     seconds: Option<f64>,
     stop: &AtomicBool,
 ) -> Result<JackReport, JackError> {
@@ -191,6 +199,7 @@ pub fn play(
         ins,
         outs,
         block,
+        control: opts.control,
         times: Vec::with_capacity(1 << 20),
         periods: 0,
     };
@@ -235,5 +244,10 @@ pub fn play(
         callback_p99_us: crate::play::percentile(&times, 0.99),
         callback_max_us: crate::play::percentile(&times, 1.0),
         period_us: buffer as f64 * 1e6 / rate as f64,
+        osc: process
+            .control
+            .osc
+            .is_some()
+            .then(|| process.control.osc_stats.clone()),
     })
 }

@@ -122,8 +122,9 @@ fn a_patch_plays_through_a_jack_server() {
         block: None,
         connect_outputs: vec!["tester:in_1".into(), "tester:in_2".into()],
         connect_inputs: vec!["tester:out_1".into(), "tester:out_2".into()],
+        ..Default::default()
     };
-    let report = jack_io::play(&patch, Executor::serial(), &opts, Some(1.0), &stop).unwrap();
+    let report = jack_io::play(&patch, Executor::serial(), opts, Some(1.0), &stop).unwrap();
     tester.deactivate().unwrap();
     drop(server);
 

@@ -147,6 +147,12 @@ enum Cmd {
         /// Connect this port to input port N (in_N); give it once per input, in order.
         #[arg(long = "connect-in", value_name = "PORT")]
         connect_in: Vec<String>,
+        /// Take raw MIDI from UDP datagrams on this address (as `play --midi-udp`).
+        #[arg(long, value_name = "ADDR:PORT")]
+        midi_udp: Option<std::net::SocketAddr>,
+        /// Take OSC from UDP datagrams on this address (as `play --osc-udp`).
+        #[arg(long, value_name = "ADDR:PORT")]
+        osc_udp: Option<std::net::SocketAddr>,
         /// Scheduling strategy.
         #[arg(long, value_enum, default_value = "serial")]
         strategy: Strategy,
@@ -334,6 +340,8 @@ fn main() -> anyhow::Result<()> {
             block,
             connect_out,
             connect_in,
+            midi_udp,
+            osc_udp,
             strategy,
             harts,
             json,
@@ -347,11 +355,12 @@ fn main() -> anyhow::Result<()> {
                 block,
                 connect_outputs: connect_out,
                 connect_inputs: connect_in,
+                control: control_in(midi_udp, osc_udp)?,
             };
             let r = tess_pd::jack_io::play(
                 &patch,
                 Executor::new(strategy, harts),
-                &opts,
+                opts,
                 seconds,
                 &tess_sched::rt::STOP,
             )
@@ -373,6 +382,7 @@ fn main() -> anyhow::Result<()> {
                     "process callback, us: p50 {:.1}  p99 {:.1}  max {:.1} (deadline {:.0})",
                     r.callback_p50_us, r.callback_p99_us, r.callback_max_us, r.period_us
                 );
+                print_osc(&r.osc);
             }
         }
         Cmd::Objects => {
