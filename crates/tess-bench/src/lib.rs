@@ -8,6 +8,7 @@
 //! Timing assertions never live in unit tests; benchmarks are commands.
 #![warn(missing_docs)]
 
+pub mod cpu;
 pub mod histogram;
 pub mod probe;
 mod report;

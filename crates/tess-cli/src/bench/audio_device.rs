@@ -108,6 +108,8 @@ const WARMUP: Duration = Duration::from_secs(1);
 struct Outcome {
     scenario: Scenario,
     seen: emulator::Seen,
+    /// Each hart's busy time and the hypervisor's steal over the device's run.
+    harts: Vec<tess_bench::cpu::HartLoad>,
     engine: Option<tess_pd::device::ServeReport>,
     notes: Vec<String>,
 }
@@ -284,7 +286,9 @@ impl Plan {
         };
         // let the synthetic application's sorts fill the caches before the device starts
         std::thread::sleep(Duration::from_millis(300));
+        let before = tess_bench::cpu::ticks();
         let seen = emulator::run(listen.parse()?, self.equipment_hart, WARMUP, self.measure)?;
+        let harts = tess_bench::cpu::loads(&before, &tess_bench::cpu::ticks());
         drop(_synthetic);
         drop(_spinner);
         let engine_report = collect_engine(&mut engine, Duration::from_secs(5));
@@ -306,6 +310,7 @@ impl Plan {
         Ok(Outcome {
             scenario: s,
             seen,
+            harts,
             engine: engine_report.ok(),
             notes,
         })
@@ -377,7 +382,7 @@ fn report(
         ),
         &[
             "scenario", "packets", "misses", "lost", "min", "mean", "median", "p99", "p99.9", "max",
-            "engine p99", "send late p99",
+            "engine p99", "send late p99", "steal ms",
         ],
     );
     for o in outcomes {
@@ -395,6 +400,8 @@ fn report(
         r.figure(format!("{k}_p999_us"), sum.p999);
         r.figure(format!("{k}_max_us"), sum.max);
         r.figure(format!("{k}_send_late_p99_us"), late.p99);
+        let steal: f64 = o.harts.iter().map(|h| h.steal_ms).sum();
+        r.figure(format!("{k}_steal_ms"), steal);
         if let Some(e) = &o.engine {
             r.figure(format!("{k}_engine_turnaround_p99_us"), e.turnaround_p99_us);
         }
@@ -413,6 +420,11 @@ fn report(
                 .as_ref()
                 .map_or("-".into(), |e| format!("{:.1}", e.turnaround_p99_us)),
             format!("{:.1}", late.p99),
+            o.harts
+                .iter()
+                .map(|h| format!("{}: {:.0}", h.hart, h.steal_ms))
+                .collect::<Vec<_>>()
+                .join(", "),
         ]);
         for n in &o.notes {
             r.note(n.clone());
@@ -513,6 +525,6 @@ fn report(
         Some(n) => format!("the tess scenarios' engine reaches the device through network service {n} (tess-netd); the plain-Linux ones through kernel sockets"),
         None => "every engine reaches the device through a kernel socket of its own (--net-service NAME puts the tess scenarios' socket in the network service)".into(),
     });
-    r.note("response = the kernel's receive stamp of the answer minus the device's send time; engine p99 = the engine's own arrival-to-answer time; send late = the device's pacing error (never charged to the host)");
+    r.note("response = the kernel's receive stamp of the answer minus the device's send time; engine p99 = the engine's own arrival-to-answer time; send late = the device's pacing error (never charged to the host); steal ms = per hart, the time the hypervisor kept the vCPU off the host CPU during the scenario (/proc/stat): stalls no Linux setting prevents");
     r
 }

@@ -368,56 +368,7 @@ pub struct ScenarioResult {
     pub notes: Vec<String>,
 }
 
-/// One hart's time over a scenario's run, from the per-CPU lines of `/proc/stat` (in
-/// `USER_HZ` ticks, 10 ms here): how busy it was, and how long the hypervisor kept its vCPU
-/// off the host CPU (steal time), the evidence for stalls that no Linux setting can prevent.
-#[derive(Debug, Clone, Serialize)]
-pub struct HartLoad {
-    /// The hart.
-    pub hart: usize,
-    /// Busy time (user, nice, system, irq, softirq) / wall time.
-    pub busy_fraction: f64,
-    /// Steal time, milliseconds.
-    pub steal_ms: f64,
-}
-
-/// Per-CPU counters of `/proc/stat`: (busy ticks, all ticks, steal ticks) per hart.
-fn cpu_ticks() -> Vec<(usize, u64, u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let hart = f.next()?.strip_prefix("cpu")?.parse().ok()?;
-            let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
-            // user nice system idle iowait irq softirq steal ...
-            let busy = v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?;
-            let steal = *v.get(7)?;
-            let all = busy + v.get(3)? + v.get(4)? + steal;
-            Some((hart, busy, all, steal))
-        })
-        .collect()
-}
-
-/// The difference of two [`cpu_ticks`] readings as per-hart loads.
-fn hart_loads(
-    before: &[(usize, u64, u64, u64)],
-    after: &[(usize, u64, u64, u64)],
-) -> Vec<HartLoad> {
-    // USER_HZ is 100 on every Linux architecture that tess runs on (x86, arm64).
-    let hz = 100.0;
-    after
-        .iter()
-        .filter_map(|&(hart, busy, all, steal)| {
-            let &(_, b0, a0, s0) = before.iter().find(|b| b.0 == hart)?;
-            let span = all.saturating_sub(a0).max(1) as f64;
-            Some(HartLoad {
-                hart,
-                busy_fraction: busy.saturating_sub(b0) as f64 / span,
-                steal_ms: steal.saturating_sub(s0) as f64 * 1000.0 / hz,
-            })
-        })
-        .collect()
-}
+pub use tess_bench::cpu::HartLoad;
 
 impl ScenarioResult {
     /// Device-side summary (the figures).
@@ -691,7 +642,7 @@ pub fn run_scenario(
             stderr: Some(dev_err.clone()),
         },
     )?;
-    let ticks_before = cpu_ticks();
+    let ticks_before = tess_bench::cpu::ticks();
     let cell_spinner = spec
         .cell_spinner
         .and_then(tess_bench::spinner::tessd_idle_spinner)
@@ -704,7 +655,7 @@ pub fn run_scenario(
     }
     let limit = spec.duration + spec.warmup + Duration::from_secs(30);
     let dev_status = device.wait_timeout(limit);
-    let harts = hart_loads(&ticks_before, &cpu_ticks());
+    let harts = tess_bench::cpu::loads(&ticks_before, &tess_bench::cpu::ticks());
     let cell_spinner = cell_spinner.and_then(tess_bench::spinner::SpinMeter::stop);
 
     // 4. Stop the synthesizer (it prints its report), then the interference.
