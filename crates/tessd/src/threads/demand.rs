@@ -179,7 +179,18 @@ impl DemandTracker {
         tids: &[i32],
         read: impl Fn(i32) -> Option<Sample>,
     ) -> bool {
-        let now_ns = tess_sched::clock::now_ns();
+        self.observe_at(cell, tids, read, tess_sched::clock::now_ns())
+    }
+
+    /// [`observe`](Self::observe) at `now_ns` (`CLOCK_MONOTONIC`): the sampling interval a
+    /// thread's use is measured over is the time since the cell's last sample.
+    pub fn observe_at(
+        &mut self,
+        cell: &str,
+        tids: &[i32],
+        read: impl Fn(i32) -> Option<Sample>,
+        now_ns: u64,
+    ) -> bool {
         let last = self.sampled_at.insert(cell.to_string(), now_ns);
         let interval_ns = last.map_or(0, |l| now_ns.saturating_sub(l));
         let seen = self.cells.entry(cell.to_string()).or_default();
@@ -436,18 +447,18 @@ mod tests {
             })
         };
         let mut d = DemandTracker::default();
-        d.observe("c", &[1, 2], read);
+        let now = RefCell::new(1_000_000_000u64);
+        d.observe_at("c", &[1, 2], read, *now.borrow());
         assert_eq!(d.demand("c", 1), None, "no share recorded yet: unknown");
         d.record_share("c", 1, Some(0.2));
         d.record_share("c", 2, Some(0.2));
         let step = |d: &mut DemandTracker, u1: f64, u2: f64| {
-            // one 20 ms interval (the tracker reads the clock; scale by what passed)
-            let t0 = tess_sched::clock::now_ns();
-            std::thread::sleep(Duration::from_millis(20));
-            let dt = (tess_sched::clock::now_ns() - t0) as f64;
-            *cpu.borrow_mut().get_mut(&1).unwrap() += (u1 * dt) as u64;
-            *cpu.borrow_mut().get_mut(&2).unwrap() += (u2 * dt) as u64;
-            d.observe("c", &[1, 2], read)
+            // one 20 ms sampling interval in which the threads used u1 and u2 of a hart
+            let dt = 20_000_000u64;
+            *now.borrow_mut() += dt;
+            *cpu.borrow_mut().get_mut(&1).unwrap() += (u1 * dt as f64) as u64;
+            *cpu.borrow_mut().get_mut(&2).unwrap() += (u2 * dt as f64) as u64;
+            d.observe_at("c", &[1, 2], read, *now.borrow())
         };
         assert!(
             step(&mut d, 0.2, 0.05),
