@@ -197,8 +197,16 @@ impl Link {
     }
 }
 
+/// How many packets were lost before `seq` arrived when `expected` was due next: `Some(gap)`
+/// for `seq` at or after `expected` (in sequence-number order, which wraps), `None` for a late
+/// or duplicate packet (before `expected`), which must not move the expectation back.
+fn gap(expected: u32, seq: u32) -> Option<u32> {
+    let d = seq.wrapping_sub(expected);
+    (d < 1 << 31).then_some(d)
+}
+
 /// What a serve run did.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ServeReport {
     /// Packets answered.
     pub answered: u64,
@@ -208,7 +216,8 @@ pub struct ServeReport {
     pub first_malformed: Option<String>,
     /// Device packets that never reached the engine (gaps in the sequence numbers).
     pub gaps: u64,
-    /// Time from a packet's arrival in the engine to its answer being sent, us: median.
+    /// Time from a packet's arrival in the engine to its answer being sent, us: median (over
+    /// every packet of a run with `until`, else over the first 2^20, 12.7 minutes).
     pub turnaround_p50_us: f64,
     /// 99th percentile.
     pub turnaround_p99_us: f64,
@@ -247,7 +256,11 @@ pub fn serve(
     // The first block splits the graph into tasks; do it before the device's first packet.
     engine.tick(exec);
     let mut report = ServeReport::default();
-    let mut turnaround: Vec<u64> = Vec::with_capacity(1 << 16);
+    // preallocated, so that recording never reallocates between two packets
+    let expected = until.map_or(1 << 20, |u| {
+        (u.as_nanos() as f64 / period_ns()) as usize + 16
+    });
+    let mut turnaround: Vec<u64> = Vec::with_capacity(expected);
     let mut rx = vec![0u8; PACKET_BYTES + 1];
     let mut tx = [0u8; PACKET_BYTES];
     let mut samples = [[0f32; FRAMES]; CHANNELS];
@@ -272,10 +285,14 @@ pub fn serve(
                 continue;
             }
         };
-        if let Some(n) = next_seq {
-            report.gaps += u64::from(h.seq.wrapping_sub(n).min(1 << 20));
+        match next_seq.map(|n| gap(n, h.seq)) {
+            Some(None) => {} // late or duplicate: answered, the expectation stays
+            Some(Some(lost)) => {
+                report.gaps += u64::from(lost);
+                next_seq = Some(h.seq.wrapping_add(1));
+            }
+            None => next_seq = Some(h.seq.wrapping_add(1)),
         }
-        next_seq = Some(h.seq.wrapping_add(1));
         for (ch, s) in samples.iter_mut().enumerate().take(ins) {
             channel(&rx[..len], ch, s);
             engine.write_input(ch, s);
@@ -300,7 +317,7 @@ pub fn serve(
     report.turnaround_p50_us = percentile(&turnaround, 0.5);
     report.turnaround_p99_us = percentile(&turnaround, 0.99);
     report.turnaround_max_us = percentile(&turnaround, 1.0);
-    report.osc = control.osc.is_some().then(|| control.osc_stats.clone());
+    report.osc = control.osc_report();
     Ok(report)
 }
 
@@ -322,6 +339,15 @@ mod tests {
         assert_eq!(s[0], 300.0);
         assert_eq!(s[31], 331.0);
         assert_eq!(PAYLOAD_BYTES, 1280, "the paper's payload");
+    }
+
+    #[test]
+    fn gaps_count_lost_packets_and_never_a_late_one() {
+        assert_eq!(gap(5, 5), Some(0));
+        assert_eq!(gap(5, 8), Some(3));
+        assert_eq!(gap(u32::MAX, 1), Some(2), "the sequence number wraps");
+        assert_eq!(gap(5, 4), None, "late or duplicate");
+        assert_eq!(gap(0, u32::MAX), None);
     }
 
     #[test]

@@ -244,10 +244,6 @@ pub fn play(
         callback_p99_us: crate::play::percentile(&times, 0.99),
         callback_max_us: crate::play::percentile(&times, 1.0),
         period_us: buffer as f64 * 1e6 / rate as f64,
-        osc: process
-            .control
-            .osc
-            .is_some()
-            .then(|| process.control.osc_stats.clone()),
+        osc: process.control.osc_report(),
     })
 }

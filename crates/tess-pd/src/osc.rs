@@ -15,7 +15,7 @@ use crate::engine::Engine;
 use rosc::{OscMessage, OscPacket, OscType};
 
 /// What the OSC input has done so far.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OscStats {
     /// Messages delivered to receivers or the MIDI input.
     pub delivered: u64,
@@ -28,7 +28,7 @@ pub struct OscStats {
 }
 
 impl OscStats {
-    fn drop(&mut self, counter: fn(&mut OscStats) -> &mut u64, why: String) {
+    fn count_drop(&mut self, counter: fn(&mut OscStats) -> &mut u64, why: String) {
         *counter(self) += 1;
         self.first_error.get_or_insert(why);
     }
@@ -38,7 +38,7 @@ impl OscStats {
 pub fn deliver(engine: &mut Engine, datagram: &[u8], stats: &mut OscStats) {
     match rosc::decoder::decode_udp(datagram) {
         Ok((_, packet)) => deliver_packet(engine, packet, stats),
-        Err(e) => stats.drop(|s| &mut s.malformed, format!("not an OSC packet: {e:?}")),
+        Err(e) => stats.count_drop(|s| &mut s.malformed, format!("not an OSC packet: {e:?}")),
     }
 }
 
@@ -56,7 +56,7 @@ fn deliver_packet(engine: &mut Engine, packet: OscPacket, stats: &mut OscStats) 
 fn deliver_message(engine: &mut Engine, m: OscMessage, stats: &mut OscStats) {
     let name = m.addr.trim_start_matches('/');
     if name.is_empty() {
-        return stats.drop(
+        return stats.count_drop(
             |s| &mut s.unsupported,
             format!("address {:?} names no receiver", m.addr),
         );
@@ -68,7 +68,7 @@ fn deliver_message(engine: &mut Engine, m: OscMessage, stats: &mut OscStats) {
                 OscType::Midi(x) => bytes.extend([x.status, x.data1, x.data2]),
                 OscType::Blob(b) => bytes.extend_from_slice(b),
                 other => {
-                    return stats.drop(
+                    return stats.count_drop(
                         |s| &mut s.unsupported,
                         format!("/midi takes MIDI (m) or blob (b) arguments, not {other:?}"),
                     )
@@ -90,7 +90,7 @@ fn deliver_message(engine: &mut Engine, m: OscMessage, stats: &mut OscStats) {
             OscType::String(s) => Atom::Symbol(s),
             OscType::Char(c) => Atom::Symbol(c.to_string()),
             other => {
-                return stats.drop(
+                return stats.count_drop(
                     |s| &mut s.unsupported,
                     format!("{}: an argument Pd has no atom for ({other:?})", m.addr),
                 )

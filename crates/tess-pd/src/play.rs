@@ -72,25 +72,29 @@ pub struct ControlIn {
     pub osc_stats: crate::osc::OscStats,
 }
 
+/// A non-blocking UDP socket bound to `addr`, as [`ControlIn`] polls them.
+pub fn control_socket(addr: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let s = std::net::UdpSocket::bind(addr)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
 impl ControlIn {
-    /// Binds the sockets asked for, non-blocking.
+    /// Binds the sockets asked for ([`control_socket`]).
     pub fn bind(
         midi: Option<std::net::SocketAddr>,
         osc: Option<std::net::SocketAddr>,
     ) -> std::io::Result<ControlIn> {
-        let open = |a: Option<std::net::SocketAddr>| -> std::io::Result<_> {
-            a.map(|a| {
-                let s = std::net::UdpSocket::bind(a)?;
-                s.set_nonblocking(true)?;
-                Ok(s)
-            })
-            .transpose()
-        };
         Ok(ControlIn {
-            midi: open(midi)?,
-            osc: open(osc)?,
+            midi: midi.map(control_socket).transpose()?,
+            osc: osc.map(control_socket).transpose()?,
             osc_stats: Default::default(),
         })
+    }
+
+    /// What the OSC input did, if it is on (for a run's report).
+    pub fn osc_report(&self) -> Option<crate::osc::OscStats> {
+        self.osc.is_some().then(|| self.osc_stats.clone())
     }
 
     /// Delivers every datagram that has arrived to `e` (call between blocks).
@@ -165,7 +169,7 @@ pub fn play(
         p999_us: percentile(&response, 0.999),
         max_us: response.last().map_or(0.0, |v| *v as f64 / 1e3),
         compute_p50_us: percentile(&compute, 0.5),
-        osc: control.osc.is_some().then(|| control.osc_stats.clone()),
+        osc: control.osc_report(),
     })
 }
 

@@ -334,18 +334,22 @@ impl ThreadManager {
                 tids.iter().partition(|&&t| self.demand.is_active(cell, t));
             let shares = demand::split(&res, active.len(), idle.len());
             // The active threads' part of the budget, divided by demand (an even split when no
-            // demand is known yet).
-            let demands: Vec<demand::Demand> = active
-                .iter()
-                .map(|&t| self.demand.demand(cell, t))
-                .collect();
-            let runtimes = shares.map(|(a, _)| {
-                demand::active_runtimes(a.runtime * active.len() as u32, res.period, &demands)
-            });
-            for (k, &tid) in active.iter().enumerate() {
-                let share = shares
-                    .zip(runtimes.as_ref())
-                    .map(|((a, _), r)| Reservation { runtime: r[k], ..a });
+            // demand is known yet); none at all when the budget cannot be split.
+            let active_shares: Vec<Option<Reservation>> = match shares {
+                Some((a, _)) => {
+                    let demands: Vec<demand::Demand> = active
+                        .iter()
+                        .map(|&t| self.demand.demand(cell, t))
+                        .collect();
+                    let budget = a.runtime * active.len() as u32;
+                    demand::active_runtimes(budget, res.period, &demands)
+                        .into_iter()
+                        .map(|runtime| Some(Reservation { runtime, ..a }))
+                        .collect()
+                }
+                None => vec![None; active.len()],
+            };
+            for (&tid, share) in active.iter().zip(active_shares) {
                 self.demand
                     .record_share(cell, tid, share.map(|r| r.utilization()));
                 plan.push((tid, s, share));

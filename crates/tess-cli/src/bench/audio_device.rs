@@ -25,7 +25,8 @@
 
 mod emulator;
 
-use super::support::{cell_on_hart, pick_hart, tess_exe, Session};
+use super::net::cells::Guard;
+use super::support::{cell_on_hart, pick_hart, sibling_exe, tess_exe, Session};
 use super::Common;
 use clap::{Args, ValueEnum};
 use std::io::{BufRead, BufReader};
@@ -108,6 +109,8 @@ const WARMUP: Duration = Duration::from_secs(1);
 struct Outcome {
     scenario: Scenario,
     seen: emulator::Seen,
+    /// The response times' summary, us.
+    response: Summary,
     /// Each hart's busy time and the hypervisor's steal over the device's run.
     harts: Vec<tess_bench::cpu::HartLoad>,
     engine: Option<tess_pd::device::ServeReport>,
@@ -172,27 +175,6 @@ struct Plan {
     net_service: Option<String>,
 }
 
-/// A sibling of this executable (`target/<profile>/NAME`), else NAME on the `PATH`.
-fn sibling(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|d| d.join(name)))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from(name))
-}
-
-/// Kills a child by the pid we started, and reaps it.
-struct Stopper(Option<Child>);
-
-impl Drop for Stopper {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 impl Plan {
     fn run(&self, s: Scenario, session: &mut Session) -> anyhow::Result<Outcome> {
         let mut notes = Vec::new();
@@ -203,7 +185,7 @@ impl Plan {
         let listen = format!("127.0.0.1:{port}");
         let engine_secs = (WARMUP + self.measure).as_secs_f64() + 1.0;
         let tess = tess_exe();
-        let pd = sibling("tess-pd");
+        let pd = sibling_exe("tess-pd");
         let mut engine_cmd = match s {
             Scenario::Alone | Scenario::Synthetic => {
                 // idle = spin, as the music bench's manifest asks for its synthesizer (the
@@ -244,13 +226,13 @@ impl Plan {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut engine =
-            Stopper(Some(engine_cmd.spawn().map_err(|e| {
+            Guard(Some(engine_cmd.spawn().map_err(|e| {
                 anyhow::anyhow!("starting {}: {e}", pd.display())
             })?));
         wait_ready(engine.0.as_mut().expect("started"))?;
         let _spinner = match s {
-            Scenario::LinuxFifo => Some(Stopper(Some(
-                Command::new(sibling("tess-idle-spin"))
+            Scenario::LinuxFifo => Some(Guard(Some(
+                Command::new(sibling_exe("tess-idle-spin"))
                     .args(["--hart", &self.engine_hart.to_string()])
                     .stdout(Stdio::null())
                     .spawn()
@@ -271,14 +253,14 @@ impl Plan {
                     ..cell_on_hart(SYNTHETIC_CELL, Policy::BestEffort { weight: 100 }, 0)
                 }])?;
                 let threads = self.managed_rest.len().to_string();
-                Some(Stopper(Some(
+                Some(Guard(Some(
                     Command::new(&tess)
                         .args(["run", "--cell", SYNTHETIC_CELL, "--", &tess, "work", "sort"])
                         .args(["--threads", &threads])
                         .spawn()?,
                 )))
             }
-            Scenario::Linux | Scenario::LinuxFifo => Some(Stopper(Some(
+            Scenario::Linux | Scenario::LinuxFifo => Some(Guard(Some(
                 Command::new(&tess)
                     .args(["work", "sort", "--threads", &self.harts_online.to_string()])
                     .spawn()?,
@@ -309,6 +291,7 @@ impl Plan {
         }
         Ok(Outcome {
             scenario: s,
+            response: Summary::of_ns_as_us(&seen.response_ns),
             seen,
             harts,
             engine: engine_report.ok(),
@@ -337,7 +320,7 @@ fn wait_ready(child: &mut Child) -> anyhow::Result<()> {
 
 /// Waits up to `patience` for the engine to finish and parses its JSON report.
 fn collect_engine(
-    engine: &mut Stopper,
+    engine: &mut Guard,
     patience: Duration,
 ) -> anyhow::Result<tess_pd::device::ServeReport> {
     let mut child = engine.0.take().expect("started");
@@ -352,17 +335,7 @@ fn collect_engine(
     }
     let out = child.wait_with_output()?;
     anyhow::ensure!(out.status.success(), "it failed ({})", out.status);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    Ok(tess_pd::device::ServeReport {
-        answered: v["answered"].as_u64().unwrap_or(0),
-        malformed: v["malformed"].as_u64().unwrap_or(0),
-        first_malformed: v["first_malformed"].as_str().map(str::to_string),
-        gaps: v["gaps"].as_u64().unwrap_or(0),
-        turnaround_p50_us: v["turnaround_p50_us"].as_f64().unwrap_or(0.0),
-        turnaround_p99_us: v["turnaround_p99_us"].as_f64().unwrap_or(0.0),
-        turnaround_max_us: v["turnaround_max_us"].as_f64().unwrap_or(0.0),
-        osc: None,
-    })
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 /// The paper's Table 2 (us): alone (min, mean, max), beside the synthetic application.
@@ -387,7 +360,7 @@ fn report(
     );
     for o in outcomes {
         let k = o.scenario.key();
-        let sum = Summary::of_ns_as_us(&o.seen.response_ns);
+        let sum = o.response;
         let late = Summary::of_ns_as_us(&o.seen.send_late_ns);
         r.figure(format!("{k}_packets"), o.seen.measured as f64);
         r.figure(format!("{k}_misses"), o.seen.misses() as f64);
@@ -471,10 +444,7 @@ fn report(
         );
     }
     if let (Some(a), Some(b)) = (get(Scenario::Alone), get(Scenario::Synthetic)) {
-        let (sa, sb) = (
-            Summary::of_ns_as_us(&a.seen.response_ns),
-            Summary::of_ns_as_us(&b.seen.response_ns),
-        );
+        let (sa, sb) = (a.response, b.response);
         r.target(
             "synthetic p99 <= 1.10 x alone p99 (no significant difference, as Table 2)",
             sb.p99 <= 1.10 * sa.p99,
@@ -493,10 +463,7 @@ fn report(
         );
     }
     if let (Some(b), Some(d)) = (get(Scenario::Synthetic), get(Scenario::LinuxFifo)) {
-        let (sb, sd) = (
-            Summary::of_ns_as_us(&b.seen.response_ns),
-            Summary::of_ns_as_us(&d.seen.response_ns),
-        );
+        let (sb, sd) = (b.response, d.response);
         r.target(
             "synthetic (tess) p99 <= linux-fifo p99 (the careful plain-Linux user)",
             sb.p99 <= sd.p99,

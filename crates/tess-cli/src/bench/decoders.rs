@@ -344,15 +344,7 @@ pub(super) fn load_units(path: &Path) -> anyhow::Result<Units> {
 
 /// CPU time of the calling kernel thread (for a Pulse thread: its hart's, every Pulse thread
 /// on that hart included).
-pub(super) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(super) use tess_sched::clock::thread_cpu_ns;
 
 /// CPU time of each frame of decoding `units` alone, in ns (two passes; the second is measured).
 fn calibrate(units: &Units) -> anyhow::Result<Vec<u64>> {

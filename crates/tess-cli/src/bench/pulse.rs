@@ -56,11 +56,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
 
 /// `pulse-cell`: next to this executable (`target/<profile>/`), else on the `PATH`.
 fn pulse_cell() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    exe.parent()
-        .map(|d| d.join("pulse-cell"))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("pulse-cell"))
+    super::support::sibling_exe("pulse-cell")
 }
 
 /// The program in the cell, its adapt lines `(new_n, t_ns)` and its final `adapt_ns` line.

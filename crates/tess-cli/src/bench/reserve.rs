@@ -107,13 +107,7 @@ fn process_cpu_s() -> f64 {
 
 /// CPU time of the calling thread, seconds.
 fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    clock::thread_cpu_ns() as f64 / 1e9
 }
 
 fn spin_until(end_ns: u64) {

@@ -44,6 +44,15 @@ pub fn tess_exe() -> String {
         .unwrap_or_else(|_| "tess".into())
 }
 
+/// A program built next to this executable (`target/<profile>/NAME`), else NAME on the `PATH`.
+pub fn sibling_exe(name: &str) -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join(name)))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| std::path::PathBuf::from(name))
+}
+
 /// Starts `tess work ARGS...`, inside `cell` when given (through `tess run`, as a user would).
 pub fn spawn_work(cell: Option<&str>, args: &[String]) -> anyhow::Result<Child> {
     let exe = tess_exe();

@@ -35,12 +35,8 @@ enum Cmd {
         /// Output WAV file.
         #[arg(long)]
         out: PathBuf,
-        /// Scheduling strategy.
-        #[arg(long, value_enum, default_value = "serial")]
-        strategy: Strategy,
-        /// Harts (threads) for the parallel strategies.
-        #[arg(long, default_value_t = 1)]
-        harts: usize,
+        #[command(flatten)]
+        exec: ExecArgs,
     },
     /// Play a patch in real time: each block is released on the clock and must be done before
     /// the next one is due (block / rate, 1.33 ms at 64 samples and 48 kHz). Prints the misses
@@ -60,25 +56,13 @@ enum Cmd {
         /// Block size in samples (power of two, 16-1024).
         #[arg(long, default_value_t = 64)]
         block: usize,
-        /// Scheduling strategy.
-        #[arg(long, value_enum, default_value = "serial")]
-        strategy: Strategy,
-        /// Harts (threads) for the parallel strategies.
-        #[arg(long, default_value_t = 1)]
-        harts: usize,
+        #[command(flatten)]
+        exec: ExecArgs,
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
-        /// Take MIDI from UDP datagrams on this address (e.g. 127.0.0.1:9000): each datagram
-        /// is raw MIDI bytes (running status allowed), given to `notein`/`ctlin` before the
-        /// next block.
-        #[arg(long, value_name = "ADDR:PORT")]
-        midi_udp: Option<std::net::SocketAddr>,
-        /// Take OSC from UDP datagrams on this address: `/NAME args` goes to receiver NAME (as
-        /// `; NAME args` would), `/midi` with MIDI or blob arguments to notein/ctlin; bundles
-        /// are delivered at once (crates/tess-pd/README.md, "Control input").
-        #[arg(long, value_name = "ADDR:PORT")]
-        osc_udp: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        control: ControlArgs,
     },
     /// Serve the Ethernet audio device of seed 001: 10 in / 10 out channels at 44.1 kHz, a
     /// 1296-byte UDP packet of 32 frames every 725.6 us, each answered with the patch's output
@@ -100,23 +84,15 @@ enum Cmd {
         /// Stop this many seconds after the first packet (default: at SIGINT/SIGTERM).
         #[arg(long)]
         seconds: Option<f64>,
-        /// Scheduling strategy.
-        #[arg(long, value_enum, default_value = "serial")]
-        strategy: Strategy,
-        /// Harts (threads) for the parallel strategies.
-        #[arg(long, default_value_t = 1)]
-        harts: usize,
+        #[command(flatten)]
+        exec: ExecArgs,
         /// Serve at SCHED_FIFO this priority (1-99; needs root or CAP_SYS_NICE). In a tess
         /// dedicated cell the hart is the engine's alone, so a real-time priority only keeps
         /// the kernel's own best-effort threads from delaying a packet.
         #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
         rt_priority: Option<i32>,
-        /// Take raw MIDI from UDP datagrams on this address (as `play --midi-udp`).
-        #[arg(long, value_name = "ADDR:PORT")]
-        midi_udp: Option<std::net::SocketAddr>,
-        /// Take OSC from UDP datagrams on this address (as `play --osc-udp`).
-        #[arg(long, value_name = "ADDR:PORT")]
-        osc_udp: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        control: ControlArgs,
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
@@ -147,18 +123,10 @@ enum Cmd {
         /// Connect this port to input port N (in_N); give it once per input, in order.
         #[arg(long = "connect-in", value_name = "PORT")]
         connect_in: Vec<String>,
-        /// Take raw MIDI from UDP datagrams on this address (as `play --midi-udp`).
-        #[arg(long, value_name = "ADDR:PORT")]
-        midi_udp: Option<std::net::SocketAddr>,
-        /// Take OSC from UDP datagrams on this address (as `play --osc-udp`).
-        #[arg(long, value_name = "ADDR:PORT")]
-        osc_udp: Option<std::net::SocketAddr>,
-        /// Scheduling strategy.
-        #[arg(long, value_enum, default_value = "serial")]
-        strategy: Strategy,
-        /// Harts (threads) for the parallel strategies.
-        #[arg(long, default_value_t = 1)]
-        harts: usize,
+        #[command(flatten)]
+        control: ControlArgs,
+        #[command(flatten)]
+        exec: ExecArgs,
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
@@ -167,19 +135,60 @@ enum Cmd {
     Objects,
 }
 
-/// Binds the control inputs asked for, with an error naming the option.
-fn control_in(
-    midi: Option<std::net::SocketAddr>,
-    osc: Option<std::net::SocketAddr>,
-) -> anyhow::Result<tess_pd::play::ControlIn> {
-    let mut c = tess_pd::play::ControlIn::bind(midi, None)
-        .with_context(|| format!("--midi-udp: cannot listen on {}", midi.expect("asked for")))?;
-    if osc.is_some() {
-        c.osc = tess_pd::play::ControlIn::bind(None, osc)
-            .with_context(|| format!("--osc-udp: cannot listen on {}", osc.expect("asked for")))?
-            .osc;
+/// How the patch is scheduled (every command that runs one).
+#[derive(clap::Args, Debug)]
+struct ExecArgs {
+    /// Scheduling strategy.
+    #[arg(long, value_enum, default_value = "serial")]
+    strategy: Strategy,
+    /// Harts (threads) for the parallel strategies.
+    #[arg(long, default_value_t = 1)]
+    harts: usize,
+}
+
+impl ExecArgs {
+    fn executor(&self) -> Executor {
+        Executor::new(self.strategy, self.harts)
     }
-    Ok(c)
+}
+
+/// Control input (play, device, jack).
+#[derive(clap::Args, Debug)]
+struct ControlArgs {
+    /// Take MIDI from UDP datagrams on this address (e.g. 127.0.0.1:9000): each datagram is
+    /// raw MIDI bytes (running status allowed), given to `notein`/`ctlin` before the next
+    /// block.
+    #[arg(long, value_name = "ADDR:PORT")]
+    midi_udp: Option<std::net::SocketAddr>,
+    /// Take OSC from UDP datagrams on this address: `/NAME args` goes to receiver NAME (as
+    /// `; NAME args` would), `/midi` with MIDI or blob arguments to notein/ctlin; bundles are
+    /// delivered at once (crates/tess-pd/README.md, "Control input").
+    #[arg(long, value_name = "ADDR:PORT")]
+    osc_udp: Option<std::net::SocketAddr>,
+}
+
+impl ControlArgs {
+    /// Binds the sockets asked for, with an error naming the option.
+    fn bind(&self) -> anyhow::Result<tess_pd::play::ControlIn> {
+        let open = |a: Option<std::net::SocketAddr>, option: &str| {
+            a.map(|a| {
+                tess_pd::play::control_socket(a)
+                    .with_context(|| format!("{option}: cannot listen on {a}"))
+            })
+            .transpose()
+        };
+        Ok(tess_pd::play::ControlIn {
+            midi: open(self.midi_udp, "--midi-udp")?,
+            osc: open(self.osc_udp, "--osc-udp")?,
+            osc_stats: Default::default(),
+        })
+    }
+}
+
+/// A `--seconds` value: positive and finite.
+fn check_seconds(s: f64) -> anyhow::Result<()> {
+    anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
+    Ok(())
 }
 
 /// Prints what the OSC input did, if it was on.
@@ -206,11 +215,10 @@ fn main() -> anyhow::Result<()> {
             rate,
             block,
             out,
-            strategy,
-            harts,
+            exec,
         } => {
-            anyhow::ensure!(seconds > 0.0, "--seconds must be positive");
-            let mut exec = Executor::new(strategy, harts);
+            check_seconds(seconds)?;
+            let mut exec = exec.executor();
             let cfg = Config {
                 sample_rate: rate as f32,
                 block,
@@ -230,23 +238,18 @@ fn main() -> anyhow::Result<()> {
             seconds,
             rate,
             block,
-            strategy,
-            harts,
+            exec,
             json,
-            midi_udp,
-            osc_udp,
+            control,
         } => {
-            anyhow::ensure!(
-                seconds > 0.0 && seconds.is_finite(),
-                "--seconds must be positive"
-            );
-            let mut exec = Executor::new(strategy, harts);
+            check_seconds(seconds)?;
+            let mut exec = exec.executor();
             let cfg = Config {
                 sample_rate: rate as f32,
                 block,
             };
             let stop = std::sync::atomic::AtomicBool::new(false);
-            let mut control = control_in(midi_udp, osc_udp)?;
+            let mut control = control.bind()?;
             let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop, &mut control)
                 .with_context(|| format!("playing {}", patch.display()))?;
             if json {
@@ -268,22 +271,18 @@ fn main() -> anyhow::Result<()> {
             listen,
             net_service,
             seconds,
-            strategy,
-            harts,
+            exec,
             rt_priority,
-            midi_udp,
-            osc_udp,
+            control,
             json,
         } => {
             use tess_pd::device;
-            let mut control = control_in(midi_udp, osc_udp)?;
-            if let Some(s) = seconds {
-                anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
-            }
+            let mut control = control.bind()?;
+            seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
             let mut engine = tess_pd::engine::Engine::open(&patch, device::config())
                 .with_context(|| format!("loading {}", patch.display()))?;
-            let mut exec = Executor::new(strategy, harts);
+            let mut exec = exec.executor();
             if let Some(p) = rt_priority {
                 exec = exec.realtime(p);
                 tess_pd::sched::set_fifo(p).with_context(|| {
@@ -340,26 +339,22 @@ fn main() -> anyhow::Result<()> {
             block,
             connect_out,
             connect_in,
-            midi_udp,
-            osc_udp,
-            strategy,
-            harts,
+            control,
+            exec,
             json,
         } => {
-            if let Some(s) = seconds {
-                anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
-            }
+            seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
             let opts = tess_pd::jack_io::JackOptions {
                 client_name,
                 block,
                 connect_outputs: connect_out,
                 connect_inputs: connect_in,
-                control: control_in(midi_udp, osc_udp)?,
+                control: control.bind()?,
             };
             let r = tess_pd::jack_io::play(
                 &patch,
-                Executor::new(strategy, harts),
+                exec.executor(),
                 opts,
                 seconds,
                 &tess_sched::rt::STOP,

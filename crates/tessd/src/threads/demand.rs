@@ -171,8 +171,9 @@ pub struct DemandTracker {
 
 impl DemandTracker {
     /// Records one sample of `cell`'s threads (`read` samples a thread; `None` for a thread that
-    /// is gone). Returns whether a thread changed between active and idle, or
-    /// appeared or left: the cell's shares must then be recomputed.
+    /// is gone). Returns whether the cell's shares must be recomputed: a thread changed between
+    /// active and idle, appeared or left, or the active shares are out of balance with the
+    /// threads' demands.
     pub fn observe(
         &mut self,
         cell: &str,
