@@ -4,25 +4,33 @@
 //! back must be the patch applied to that input, sample for sample, one period later at most.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tess_pd::jack_io::{self, JackOptions};
 use tess_pd::sched::Executor;
 
-/// A private `jackd -d dummy`, killed by the pid we started when dropped.
+/// A private `jackd -d dummy`, stopped by the pid we started when dropped.
 struct Server {
     child: Child,
     name: String,
+    /// jackd's stdout and stderr, shown when it does not come up.
+    log: tempfile::NamedTempFile,
 }
 
 impl Server {
     fn start() -> Server {
         let name = format!("tess-pd-test-{}", std::process::id());
+        let log = tempfile::NamedTempFile::new().unwrap();
+        // `--port-max 64`: jackd sizes one shared-memory segment in /dev/shm for its port
+        // table, about 100 MB at the default 2048 ports, more than a container's usual 64 MB
+        // /dev/shm holds (jackd then dies on its first client). The test needs 12 ports.
         let child = Command::new("jackd")
             .args([
                 "--no-realtime",
+                "--port-max",
+                "64",
                 "-n",
                 &name,
                 "-d",
@@ -32,30 +40,51 @@ impl Server {
                 "-p",
                 "128",
             ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(log.reopen().unwrap())
+            .stderr(log.reopen().unwrap())
             .spawn()
             .expect("jackd (Debian's jackd2) is not installed: run scripts/setup");
-        Server { child, name }
+        Server { child, name, log }
+    }
+
+    /// What jackd printed, and whether it has exited.
+    fn diagnosis(&mut self) -> String {
+        let status = match self.child.try_wait() {
+            Ok(Some(s)) => format!("jackd exited ({s})"),
+            _ => "jackd is still running".to_string(),
+        };
+        let out = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+        format!("{status}; it printed:\n{out}")
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // SIGTERM first: jackd then removes its segments from /dev/shm
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
 /// Waits for the server to take clients, with a client of our own.
-fn connect(name: &str) -> jack::Client {
+fn connect(server: &mut Server, name: &str) -> jack::Client {
     let t0 = Instant::now();
     loop {
         match jack::Client::new(name, jack::ClientOptions::NO_START_SERVER) {
             Ok((c, _)) => return c,
-            Err(e) if t0.elapsed() > Duration::from_secs(10) => {
-                panic!("the JACK server did not take a client within 10 s: {e}")
-            }
+            Err(e) if t0.elapsed() > Duration::from_secs(10) => panic!(
+                "the JACK server did not take a client within 10 s: {e}\n{}",
+                server.diagnosis()
+            ),
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
@@ -76,10 +105,10 @@ fn write_patch(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn a_patch_plays_through_a_jack_server() {
-    let server = Server::start();
+    let mut server = Server::start();
     // SAFETY of the environment: this test binary runs this one test that touches JACK.
     std::env::set_var("JACK_DEFAULT_SERVER", &server.name);
-    let tester = connect("tester");
+    let tester = connect(&mut server, "tester");
     let d = tempfile::tempdir().unwrap();
     let patch = write_patch(d.path());
 
@@ -133,13 +162,18 @@ fn a_patch_plays_through_a_jack_server() {
     assert_eq!(report.block, 64, "two engine blocks per JACK period");
     assert!(report.periods > 100, "{report:?}");
     let g = got.lock().unwrap();
-    // From the first sample of the patch's output to its last (the engine's client goes first
-    // at the end), with the first 0.1 s left out: the four connections are made one by one.
+    // From the first sample of the patch's output to the last that still carries the ramp, with
+    // the first 0.1 s left out: the four connections are made one by one, and at the end they
+    // go one by one too (the inputs can go a period or two before the outputs, which then carry
+    // the bare 0.25 of the patch's empty input).
     let first =
         g.1.iter()
             .position(|&x| x != 0.0)
             .expect("the patch's output came back");
-    let last = g.1.iter().rposition(|&x| x != 0.0).unwrap();
+    let last =
+        g.1.iter()
+            .rposition(|&x| x != 0.0 && (x - 0.25).abs() > 1e-4)
+            .unwrap();
     let (start, end) = (first + 4800, last + 1);
     assert!(
         end > start + 10_000,
@@ -156,16 +190,24 @@ fn a_patch_plays_through_a_jack_server() {
             ramp_at(i)
         );
     }
-    // and the ramp arrives whole: consecutive samples step by 1/1000, or wrap
+    // and the ramp arrives whole: consecutive samples step by 1/1000, or wrap. An xrun (a
+    // client late for its period: --no-realtime on a loaded machine) loses up to a period or two
+    // of the ramp around it, which is JACK's behaviour, not the engine's; those are allowed for.
+    let steps = end - start - 1;
     let steps_ok = (start + 1..end)
         .filter(|&i| {
             let d = ramp_at(i) - ramp_at(i - 1);
             (d - 0.001).abs() < 1e-4 || d < -0.9
         })
         .count();
+    let allowed = steps / 1000 + 3 * report.buffer_size * report.xruns as usize;
     assert!(
-        steps_ok as f64 >= 0.999 * (end - start - 1) as f64,
-        "the ramp came back broken: {steps_ok} good steps of {}",
-        end - start - 1
+        steps - steps_ok <= allowed,
+        "the ramp came back broken: {steps_ok} good steps of {steps}, {} xruns: {report:?}",
+        report.xruns
+    );
+    assert!(
+        report.xruns * 20 < report.periods,
+        "the engine did not keep up: {report:?}"
     );
 }
