@@ -81,6 +81,7 @@ impl Engine {
             )));
         }
         let mut prog = load::load(path)?;
+        prog.shared.sample_rate = config.sample_rate;
         let order = crate::sort::sort(&prog.sort, &prog.signal_edges)?;
         let max_ch = prog.shared.dac.len().max(1);
         prog.shared.ensure_channels(max_ch - 1, config.block);
@@ -323,6 +324,12 @@ impl Engine {
     /// Input channels (`adc~`; at least as many as output channels).
     pub fn input_channels(&self) -> usize {
         self.prog.shared.adc.len()
+    }
+
+    /// Input channels some `adc~` of the patch reads (0 for a patch without `adc~`): the
+    /// inputs worth opening when a host opens them on demand.
+    pub fn input_channels_read(&self) -> usize {
+        self.prog.shared.adc_read
     }
 
     /// Sets input channel `ch` (0-based, `adc~ ch+1`) for the next block; `samples` is one

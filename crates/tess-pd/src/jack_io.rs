@@ -10,6 +10,11 @@
 //! `jack` crate's `dynamic_loading`), so `tess-pd` runs its other commands on machines without
 //! a JACK server or library, and PipeWire's `pw-jack` can stand in for JACK.
 //!
+//! MIDI comes in on a JACK MIDI port, `midi_in` (from a controller through `a2jmidid` or
+//! PipeWire, or any JACK MIDI client), to `notein`, `ctlin` and the other MIDI objects. Each
+//! event goes to the engine just before the block that holds its frame, so a note lands within
+//! a block of when it was played, not at the next period.
+//!
 //! Every period is timed (callback start to end) and JACK's xrun notifications are counted;
 //! the report says how close the engine came to JACK's deadline, one period.
 
@@ -59,6 +64,9 @@ pub struct JackOptions {
     pub connect_outputs: Vec<String>,
     /// Connect these ports to the input ports in order (e.g. `system:capture_1`).
     pub connect_inputs: Vec<String>,
+    /// Connect these JACK MIDI ports to the `midi_in` port (e.g. `a2j:nanoPAD2 [20] (capture):
+    /// nanoPAD2 MIDI 1`).
+    pub connect_midi: Vec<String>,
     /// MIDI and OSC control input, polled at the start of every period (two non-blocking
     /// `recv` calls, a few microseconds, when on).
     pub control: crate::play::ControlIn,
@@ -87,6 +95,8 @@ pub struct JackReport {
     pub callback_max_us: f64,
     /// One period, us: the callback's deadline.
     pub period_us: f64,
+    /// MIDI events that came in on `midi_in`.
+    pub midi_events: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
@@ -98,6 +108,8 @@ struct Process {
     exec: Executor,
     ins: Vec<jack::Port<jack::AudioIn>>,
     outs: Vec<jack::Port<jack::AudioOut>>,
+    midi: jack::Port<jack::MidiIn>,
+    midi_events: u64,
     block: usize,
     control: crate::play::ControlIn,
     /// Callback times in ns, preallocated (no allocation in the callback); full: not recorded.
@@ -117,7 +129,13 @@ impl jack::ProcessHandler for Process {
             return jack::Control::Continue;
         }
         self.control.poll(&mut self.engine);
+        let mut events = self.midi.iter(ps).peekable();
         for off in (0..n).step_by(self.block) {
+            // the events up to the end of this block, in JACK's order (by frame)
+            while let Some(ev) = events.next_if(|ev| (ev.time as usize) < off + self.block) {
+                self.engine.midi_in(ev.bytes);
+                self.midi_events += 1;
+            }
             for (ch, p) in self.ins.iter().enumerate() {
                 self.engine
                     .write_input(ch, &p.as_slice(ps)[off..off + self.block]);
@@ -173,7 +191,8 @@ pub fn play(
         },
     )?;
     let jerr = |what: String| move |source| JackError::Jack { what, source };
-    let ins = (0..engine.input_channels())
+    // an input port per channel some adc~ reads: none for a patch without adc~
+    let ins = (0..engine.input_channels_read())
         .map(|c| {
             client
                 .register_port(&format!("in_{}", c + 1), jack::AudioIn::default())
@@ -187,6 +206,10 @@ pub fn play(
                 .map_err(jerr(format!("registering output port out_{}", c + 1)))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let midi = client
+        .register_port("midi_in", jack::MidiIn::default())
+        .map_err(jerr("registering MIDI input port midi_in".into()))?;
+    let midi_name = midi.name().unwrap_or_default();
     let names_in: Vec<String> = ins.iter().filter_map(|p| p.name().ok()).collect();
     let names_out: Vec<String> = outs.iter().filter_map(|p| p.name().ok()).collect();
     // The first block splits the graph into tasks and starts the executor's threads: do it
@@ -198,6 +221,8 @@ pub fn play(
         exec,
         ins,
         outs,
+        midi,
+        midi_events: 0,
         block,
         control: opts.control,
         times: Vec::with_capacity(1 << 20),
@@ -224,6 +249,12 @@ pub fn play(
             .connect_ports_by_name(from, to)
             .map_err(jerr(format!("connecting {from} to {to}")))?;
     }
+    for from in &opts.connect_midi {
+        active
+            .as_client()
+            .connect_ports_by_name(from, &midi_name)
+            .map_err(jerr(format!("connecting {from} to {midi_name}")))?;
+    }
     let until = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
     while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {
         std::thread::sleep(Duration::from_millis(20));
@@ -244,6 +275,7 @@ pub fn play(
         callback_p99_us: crate::play::percentile(&times, 0.99),
         callback_max_us: crate::play::percentile(&times, 1.0),
         period_us: buffer as f64 * 1e6 / rate as f64,
+        midi_events: process.midi_events,
         osc: process.control.osc_report(),
     })
 }

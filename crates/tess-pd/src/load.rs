@@ -290,6 +290,7 @@ impl Loader {
                         cargs,
                         &mut self.shared,
                         &mut self.noise_seed,
+                        dir,
                     ) {
                         Ok(obj) => {
                             let mut e = entry(obj, &class);

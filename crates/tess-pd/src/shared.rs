@@ -73,8 +73,14 @@ pub struct Shared {
     /// engine's thread to be cleared and back to be added to, two transfers between caches
     /// in every block of a parallel run.
     pub dac_writers: Vec<Arc<AtomicUsize>>,
-    /// `adc~` channels (filled by the host before each block).
+    /// `adc~` channels (filled by the host before each block; at least as many as `dac~`
+    /// channels, so a host with a fixed channel count can fill them all).
     pub adc: Vec<Bus>,
+    /// The engine's sample rate, Hz (what `soundfiler write` writes by default).
+    pub sample_rate: f32,
+    /// How many of the `adc~` channels some `adc~` object reads (its highest channel): a host
+    /// that opens inputs on demand (JACK ports) opens these.
+    pub adc_read: usize,
     /// `delwrite~`s already prepared in this DSP build (so a `delread~` sorted after its writer
     /// reads with no extra block of delay, d_delay.c `x_zerodel`).
     pub delwrites_sorted: Mutex<HashSet<String>>,

@@ -222,11 +222,69 @@ fn compare_at(
     }
 }
 
+/// The files `soundfiler_read` reads, covering each format's whole range: 16-bit stereo,
+/// 24-bit mono, 32-bit float mono.
+fn write_sound_files(dir: &Path) {
+    let spec = |channels, bits, sample_format| hound::WavSpec {
+        channels,
+        sample_rate: 44100,
+        bits_per_sample: bits,
+        sample_format,
+    };
+    let mut w =
+        hound::WavWriter::create(dir.join("sf16.wav"), spec(2, 16, hound::SampleFormat::Int))
+            .unwrap();
+    for i in 0..3000i32 {
+        w.write_sample(((i * 37) % 65536 - 32768) as i16).unwrap();
+        w.write_sample(((i * 1013) % 2001 - 1000) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let mut w =
+        hound::WavWriter::create(dir.join("sf24.wav"), spec(1, 24, hound::SampleFormat::Int))
+            .unwrap();
+    for i in 0..2000i64 {
+        w.write_sample(((i * 4099 * 1021) % 16_777_216 - 8_388_608) as i32)
+            .unwrap();
+    }
+    w.finalize().unwrap();
+    let mut w =
+        hound::WavWriter::create(dir.join("sff.wav"), spec(1, 32, hound::SampleFormat::Float))
+            .unwrap();
+    for i in 0..1500 {
+        w.write_sample((i as f32 * 0.01).sin() * 0.9).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
 /// Whole patches: an abstraction with arguments, 48 kHz, and a synth of voices.
 fn whole_patches() -> Vec<Row> {
     let voice = "#N canvas 0 0 400 300 12;\n#X obj 10 10 inlet;\n#X obj 10 30 mtof;\n#X obj 10 50 osc~;\n#X obj 100 50 noise~;\n#X obj 100 70 *~ 0.2;\n#X obj 10 90 +~;\n#X obj 10 110 vcf~ \\$2;\n#X obj 10 130 *~ 0.1;\n#X obj 10 150 outlet~;\n#X obj 200 10 loadbang;\n#X msg 200 30 \\$1;\n#X obj 200 120 env~ 512;\n#X obj 200 140 s \\$0-level;\n#X obj 150 70 sig~ 900;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 2 0 5 0;\n#X connect 3 0 4 0;\n#X connect 4 0 5 1;\n#X connect 5 0 6 0;\n#X connect 13 0 6 1;\n#X connect 6 0 7 0;\n#X connect 7 0 8 0;\n#X connect 9 0 10 0;\n#X connect 10 0 1 0;\n#X connect 6 0 11 0;\n#X connect 11 0 12 0;\n";
     let synth = "#X obj 10 10 voice 60 5;\n#X obj 100 10 voice 64 10;\n#X obj 200 10 voice 67 20;\n#X obj 10 50 +~;\n#X obj 10 70 +~;\n#X obj 10 90 delwrite~ echo 200;\n#X obj 100 90 delread~ echo 120;\n#X obj 100 110 *~ 0.5;\n#X obj 10 130 +~;\n#X obj 10 150 dac~ 1 2;\n#X connect 0 0 3 0;\n#X connect 1 0 3 1;\n#X connect 3 0 4 0;\n#X connect 2 0 4 1;\n#X connect 4 0 5 0;\n#X connect 6 0 7 0;\n#X connect 4 0 8 0;\n#X connect 7 0 8 1;\n#X connect 8 0 9 0;\n#X connect 6 0 9 1;";
+    write_sound_files(&out_dir());
+    // three files read into tables: 16-bit stereo resized into two, 24-bit mono resized, float
+    // read into a table of its own size; the tables played back by index; the frames read and
+    // the file's rate and header size from the outlets
+    let soundfiler = "#X obj 10 10 loadbang;\n#X obj 10 30 t b b b;\n#X msg 10 60 read -resize sf16.wav a b;\n#X msg 150 60 read -resize sf24.wav c;\n#X msg 300 60 read sff.wav d;\n#X obj 10 90 soundfiler;\n#X obj 300 10 table a 10;\n#X obj 300 30 table b 10;\n#X obj 300 50 table c 10;\n#X obj 300 70 table d 100;\n#X obj 10 200 sig~ 1;\n#X obj 10 220 rpole~ 1;\n#X obj 10 240 tabread4~ a;\n#X obj 100 240 tabread4~ b;\n#X obj 200 240 tabread4~ c;\n#X obj 300 240 tabread4~ d;\n#X obj 200 120 sig~;\n#X obj 300 120 unpack f f f f s;\n#X obj 300 150 sig~;\n#X obj 400 150 sig~;\n#X obj 10 300 dac~ 1 2 3 4 5 6 7;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 1 1 3 0;\n#X connect 1 2 4 0;\n#X connect 2 0 5 0;\n#X connect 3 0 5 0;\n#X connect 4 0 5 0;\n#X connect 10 0 11 0;\n#X connect 11 0 12 0;\n#X connect 11 0 13 0;\n#X connect 11 0 14 0;\n#X connect 11 0 15 0;\n#X connect 12 0 20 0;\n#X connect 13 0 20 1;\n#X connect 14 0 20 2;\n#X connect 15 0 20 3;\n#X connect 5 0 16 0;\n#X connect 16 0 20 4;\n#X connect 5 1 17 0;\n#X connect 17 0 18 0;\n#X connect 17 1 19 0;\n#X connect 18 0 20 5;\n#X connect 19 0 20 6;";
+    // a table written as 16-bit (normalised: it holds 1.5), 24-bit (-normalize) and float
+    // files, each read back and played: Pd's conversions to integers, rounding included
+    let soundfiler_write = "#X obj 10 10 loadbang;\n#X obj 10 30 t b b;\n#X msg 200 30 \\; t 0 0 0.5 -0.25 -1e-05 0.33333 0.7 -0.99999 1.5 -1.5 0.123457 3.1e-05;\n#X msg 10 60 write -bytes 2 w16.wav t \\, write -bytes 3 -normalize w24.wav t \\, write -bytes 4 w32.wav t \\, read -resize w16.wav u \\, read -resize w24.wav v \\, read -resize w32.wav w;\n#X obj 10 90 soundfiler;\n#X obj 300 10 table t 11;\n#X obj 300 30 table u 1;\n#X obj 300 50 table v 1;\n#X obj 300 70 table w 1;\n#X obj 10 200 sig~ 1;\n#X obj 10 220 rpole~ 1;\n#X obj 10 240 tabread4~ u;\n#X obj 100 240 tabread4~ v;\n#X obj 200 240 tabread4~ w;\n#X obj 200 120 sig~;\n#X obj 10 300 dac~ 1 2 3 4;\n#X connect 0 0 1 0;\n#X connect 1 1 2 0;\n#X connect 1 0 3 0;\n#X connect 3 0 4 0;\n#X connect 9 0 10 0;\n#X connect 10 0 11 0;\n#X connect 10 0 12 0;\n#X connect 10 0 13 0;\n#X connect 11 0 15 0;\n#X connect 12 0 15 1;\n#X connect 13 0 15 2;\n#X connect 4 0 14 0;\n#X connect 14 0 15 3;";
     vec![
+        compare_at(
+            "soundfiler_write",
+            "soundfiler write (16/24-bit, float, normalising) and read back",
+            soundfiler_write,
+            0.5,
+            SR,
+            &[],
+        ),
+        compare_at(
+            "soundfiler_read",
+            "soundfiler read (16/24-bit, float, -resize, outlets)",
+            soundfiler,
+            0.5,
+            SR,
+            &[],
+        ),
         compare_at(
             "synth_abstractions",
             "abstraction \\$1 \\$2 \\$0, voices, delay",

@@ -97,9 +97,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Play a patch through JACK (jackd2, or PipeWire's JACK): one input port per adc~
-    /// channel, one output port per dac~ channel, the patch run in JACK's process callback at
-    /// JACK's sample rate, several engine blocks per JACK period when the period is longer.
+    /// Play a patch through JACK (jackd2, or PipeWire's JACK): one input port per channel the
+    /// patch's adc~ objects read (in_N), one output port per dac~ channel (out_N), a JACK MIDI
+    /// input port (midi_in) for notein, ctlin and the other MIDI objects, the patch run in
+    /// JACK's process callback at JACK's sample rate, several engine blocks per JACK period
+    /// when the period is longer (a MIDI event reaches the block that holds its frame).
     /// Runs until --seconds pass or SIGINT/SIGTERM, then prints the periods, xruns and the
     /// callback's time against the period.
     ///
@@ -123,6 +125,10 @@ enum Cmd {
         /// Connect this port to input port N (in_N); give it once per input, in order.
         #[arg(long = "connect-in", value_name = "PORT")]
         connect_in: Vec<String>,
+        /// Connect this JACK MIDI port to midi_in (e.g. a controller's port from a2jmidid);
+        /// may be given more than once.
+        #[arg(long = "connect-midi", value_name = "PORT")]
+        connect_midi: Vec<String>,
         #[command(flatten)]
         control: ControlArgs,
         #[command(flatten)]
@@ -339,6 +345,7 @@ fn main() -> anyhow::Result<()> {
             block,
             connect_out,
             connect_in,
+            connect_midi,
             control,
             exec,
             json,
@@ -350,6 +357,7 @@ fn main() -> anyhow::Result<()> {
                 block,
                 connect_outputs: connect_out,
                 connect_inputs: connect_in,
+                connect_midi,
                 control: control.bind()?,
             };
             let r = tess_pd::jack_io::play(
@@ -364,14 +372,15 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "{}: {} periods of {} samples at {} Hz ({:.0} us), engine block {}; {} xruns",
+                    "{}: {} periods of {} samples at {} Hz ({:.0} us), engine block {}; {} xruns; {} MIDI events",
                     r.client_name,
                     r.periods,
                     r.buffer_size,
                     r.sample_rate,
                     r.period_us,
                     r.block,
-                    r.xruns
+                    r.xruns,
+                    r.midi_events
                 );
                 println!(
                     "process callback, us: p50 {:.1}  p99 {:.1}  max {:.1} (deadline {:.0})",

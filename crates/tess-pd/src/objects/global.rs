@@ -296,6 +296,7 @@ pub fn create(class: &str, args: &[Atom], shared: &mut Shared) -> Option<Box<dyn
             let ch = channels(args);
             let max = ch.iter().copied().max().unwrap_or(0);
             shared.ensure_channels(max, 64);
+            shared.adc_read = shared.adc_read.max(max + 1);
             Box::new(Adc {
                 channels: ch,
                 buses: vec![],

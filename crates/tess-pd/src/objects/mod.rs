@@ -2,7 +2,7 @@
 //! object from its box text. Control objects live in [`control`]; signal objects by the Pd
 //! source file they follow (`osc` = d_osc.c, `filter` = d_filter.c, `ctl` = d_ctl.c,
 //! `math` = d_math.c and d_arithmetic.c, `delay` = d_delay.c, `global` = d_global.c,
-//! `array` = d_array.c, `expr` = x_vexp*.c).
+//! `array` = d_array.c, `expr` = x_vexp*.c, `soundfiler` = d_soundfile.c).
 
 pub mod array;
 pub mod control;
@@ -15,6 +15,7 @@ pub mod global;
 pub mod math;
 pub mod midi;
 pub mod osc;
+pub mod soundfiler;
 
 use crate::atom::{Atom, Msg};
 use crate::shared::Shared;
@@ -183,12 +184,17 @@ pub fn sarg(args: &[Atom], i: usize) -> String {
 
 /// Creates an object from its class name and arguments. `noise_seed` is Pd's per-process
 /// seed counter for `noise~` (each instance multiplies it by 1319).
+/// `dir` is the folder of the patch file the box is in (where `soundfiler` finds files).
 pub fn create(
     class: &str,
     args: &[Atom],
     shared: &mut Shared,
     noise_seed: &mut i32,
+    dir: &std::path::Path,
 ) -> Result<Box<dyn PdObject>, CreateError> {
+    if class == "soundfiler" {
+        return Ok(Box::new(soundfiler::Soundfiler::new(dir)));
+    }
     if let Some(o) = control::create(class, args)? {
         return Ok(o);
     }
@@ -227,6 +233,7 @@ pub fn create(
 
 /// Every class name [`create`] knows (for `tess-pd objects` and the README).
 pub const CLASSES: &[&str] = &[
+    "soundfiler",
     "loadbang",
     "metro",
     "delay",
