@@ -152,6 +152,22 @@ pub fn load(path: &Path) -> Result<Program, LoadError> {
     };
     let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let (sort, _, _) = l.canvas(&spec, path, &dir, &[], None, 0)?;
+    // An array is ordered state only where a `tabwrite~` writes it in DSP; readers of the
+    // others (64 voices on one wavetable) stay free to run in parallel.
+    let written: std::collections::HashSet<String> = l
+        .objects
+        .iter()
+        .filter(|e| e.class == "tabwrite~")
+        .filter_map(|e| e.resource.clone())
+        .collect();
+    for e in &mut l.objects {
+        if e.resource
+            .as_ref()
+            .is_some_and(|r| r.starts_with("array:") && !written.contains(r))
+        {
+            e.resource = None;
+        }
+    }
     Ok(Program {
         objects: l.objects,
         control_out: l.control_out,
@@ -295,7 +311,8 @@ impl Loader {
                         Ok(obj) => {
                             let mut e = entry(obj, &class);
                             e.resource = objects::delay::resource(&class, cargs)
-                                .or_else(|| objects::global::resource(&class, cargs));
+                                .or_else(|| objects::global::resource(&class, cargs))
+                                .or_else(|| objects::array::resource(&class, cargs));
                             if matches!(class.as_str(), "r" | "receive") {
                                 e.receives = Some(objects::sarg(cargs, 0));
                             }

@@ -39,6 +39,8 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
         ("expr_tilde", "expr~ ($v, $f, functions, int division, two outlets)", c("#X obj 10 10 osc~ 220;\n#X obj 10 40 expr~ \\$v1*\\$v1 + sin(\\$v1*3) - 0.5*\\$f2 \\; max(\\$v1 \\, 0) + 7/2 - 3 + (\\$v1 > 0.5);\n#X obj 10 150 dac~ 1 2;\n#X obj 200 10 loadbang;\n#X msg 200 30 0.25;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 1 1 2 1;\n#X connect 3 0 4 0;\n#X connect 4 0 1 1;")),
         ("expr_control", "expr (three outlets, float and int arithmetic)", c("#X obj 10 10 loadbang;\n#X msg 10 30 3;\n#X obj 10 50 expr \\$f1*2+1 \\; \\$f1/2 + 5/2 \\; fmod(\\$f1 \\, 2) + pow(2 \\, 0.5);\n#X obj 10 80 sig~;\n#X obj 60 80 sig~;\n#X obj 110 80 sig~;\n#X obj 10 150 dac~ 1 2 3;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 2 0 3 0;\n#X connect 2 1 4 0;\n#X connect 2 2 5 0;\n#X connect 3 0 6 0;\n#X connect 4 0 6 1;\n#X connect 5 0 6 2;")),
         ("expr_tables", "expr~ and expr table reads (name[i], $s2[i])", c("#X obj 300 10 table wt 11;\n#X obj 10 10 loadbang;\n#X obj 10 30 t b b b;\n#X msg 200 50 \\; wt 0 0 0.5 1 0.5 0 -0.5 -1 -0.5 0 0.5 1;\n#X msg 100 50 symbol wt;\n#X msg 10 50 4;\n#X obj 10 80 expr \\$f1 + \\$s2[\\$f1];\n#X obj 10 100 sig~;\n#X obj 100 100 phasor~ 30;\n#X obj 100 120 expr~ wt[\\$v1*10] + wt[3]*0.1 + wt[-5] + wt[99];\n#X obj 10 150 dac~ 1 2;\n#X connect 1 0 2 0;\n#X connect 2 2 3 0;\n#X connect 2 1 4 0;\n#X connect 2 0 5 0;\n#X connect 4 0 6 1;\n#X connect 5 0 6 0;\n#X connect 6 0 7 0;\n#X connect 7 0 10 0;\n#X connect 8 0 9 0;\n#X connect 9 0 10 1;")),
+        ("tab_rw_play", "tabwrite~ tabread~ tabplay~ (bang, START LENGTH, end bang)", c("#X obj 10 10 loadbang;\n#X obj 10 30 metro 20;\n#X obj 100 10 osc~ 1234;\n#X obj 100 40 tabwrite~ t;\n#X obj 300 10 table t 64;\n#X obj 10 60 tabplay~ t;\n#X obj 200 60 phasor~ 100;\n#X obj 200 80 *~ 80;\n#X obj 200 100 -~ 8;\n#X obj 200 120 tabread~ t;\n#X obj 10 200 dac~ 1 2 3 4;\n#X obj 60 90 f;\n#X obj 90 90 + 1;\n#X obj 60 120 sig~;\n#X msg 400 40 10 20;\n#X obj 400 60 tabplay~ t;\n#X connect 0 0 1 0;\n#X connect 1 0 3 0;\n#X connect 1 0 5 0;\n#X connect 2 0 3 0;\n#X connect 6 0 7 0;\n#X connect 7 0 8 0;\n#X connect 8 0 9 0;\n#X connect 9 0 10 0;\n#X connect 5 0 10 1;\n#X connect 5 1 11 0;\n#X connect 11 0 12 0;\n#X connect 12 0 11 1;\n#X connect 11 0 13 0;\n#X connect 13 0 10 2;\n#X connect 1 0 14 0;\n#X connect 14 0 15 0;\n#X connect 15 0 10 3;")),
+        ("samphold", "samphold~ (set, reset)", c("#X obj 10 10 loadbang;\n#X obj 100 10 osc~ 440;\n#X obj 200 10 phasor~ 50;\n#X obj 100 50 samphold~;\n#X obj 300 10 osc~ 30;\n#X obj 300 50 samphold~;\n#X msg 10 30 reset;\n#X msg 50 30 set 0.25;\n#X obj 100 100 dac~ 1 2;\n#X connect 1 0 3 0;\n#X connect 2 0 3 1;\n#X connect 1 0 5 0;\n#X connect 4 0 5 1;\n#X connect 0 0 6 0;\n#X connect 0 0 7 0;\n#X connect 6 0 3 0;\n#X connect 7 0 5 0;\n#X connect 3 0 8 0;\n#X connect 5 0 8 1;")),
         ("pack_route", "pack unpack route t", c("#X obj 10 10 loadbang;\n#X obj 10 30 t b b;\n#X msg 10 50 a 0.25;\n#X msg 60 50 b 0.5;\n#X obj 10 70 route a b;\n#X obj 10 90 pack f f;\n#X obj 10 110 unpack f f;\n#X obj 10 130 sig~;\n#X obj 60 130 sig~;\n#X obj 10 150 dac~ 1 2;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n#X connect 1 1 3 0;\n#X connect 2 0 4 0;\n#X connect 3 0 4 0;\n#X connect 4 0 5 0;\n#X connect 4 1 5 1;\n#X connect 5 0 6 0;\n#X connect 6 0 7 0;\n#X connect 6 1 8 0;\n#X connect 7 0 9 0;\n#X connect 8 0 9 1;")),
     ]
 }
@@ -342,21 +344,23 @@ fn every_object_matches_pd_053() {
 
 #[test]
 fn parallel_strategies_render_the_same_as_serial() {
-    let (_, _, body) = cases()
-        .into_iter()
-        .find(|c| c.0 == "send_throw")
-        .expect("case");
-    let dir = out_dir();
-    let p = dir.join("par.pd");
-    std::fs::write(&p, format!("{}{}\n", header(), body)).expect("write");
-    let cfg = Config {
-        sample_rate: 48000.0,
-        block: 64,
-    };
-    let serial = tess_pd::render::render(&p, cfg, 0.2, &mut Executor::serial()).expect("serial");
-    for s in [Strategy::GlobalQueue, Strategy::WorkStealing] {
-        let par =
-            tess_pd::render::render(&p, cfg, 0.2, &mut Executor::new(s, 2)).expect("parallel");
-        assert_eq!(serial, par, "{s:?} differs from serial");
+    // buses (send~, throw~) and an array written in DSP (tabwrite~ beside its readers): named
+    // state the scheduler must keep in Pd's order across harts
+    for name in ["send_throw", "tab_rw_play"] {
+        let (_, _, body) = cases().into_iter().find(|c| c.0 == name).expect("case");
+        let dir = out_dir();
+        let p = dir.join(format!("par-{name}.pd"));
+        std::fs::write(&p, format!("{}{}\n", header(), body)).expect("write");
+        let cfg = Config {
+            sample_rate: 48000.0,
+            block: 64,
+        };
+        let serial =
+            tess_pd::render::render(&p, cfg, 0.2, &mut Executor::serial()).expect("serial");
+        for s in [Strategy::GlobalQueue, Strategy::WorkStealing] {
+            let par =
+                tess_pd::render::render(&p, cfg, 0.2, &mut Executor::new(s, 2)).expect("parallel");
+            assert_eq!(serial, par, "{name}: {s:?} differs from serial");
+        }
     }
 }

@@ -1,5 +1,9 @@
 //! Arrays after Pd 0.53's d_array.c and x_array.c: `table NAME SIZE`, `array define NAME SIZE`,
-//! `tabosc4~ NAME`, `tabread4~ NAME` (both with Pd's 4-point interpolation).
+//! `tabosc4~ NAME`, `tabread4~ NAME` (both with Pd's 4-point interpolation), `tabread~ NAME`,
+//! `tabwrite~ NAME` (records a signal into the array) and `tabplay~ NAME` (plays it).
+//!
+//! An array written by a `tabwrite~` is named state the scheduler orders its users by (see
+//! [`resource`]), so readers on other harts see what Pd's order gives them.
 
 use super::osc::{hi, with_hi, UNITBIT32};
 use super::{farg, sarg, CreateError, Cx, DspEnv, PdObject, Port};
@@ -163,6 +167,198 @@ impl PdObject for Tabosc4 {
     }
 }
 
+/// `tabread~ NAME`: the array at the signal index, truncated and clamped to the array.
+#[derive(Debug)]
+pub struct Tabread {
+    name: String,
+    array: Option<Array>,
+    scalar: f32,
+}
+
+impl PdObject for Tabread {
+    fn ports(&self) -> (Vec<Port>, Vec<Port>) {
+        (vec![Port::Signal], vec![Port::Signal])
+    }
+    fn message(&mut self, _inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
+        match msg.selector.as_str() {
+            "float" => self.scalar = msg.f(0),
+            "set" => self.name = sarg(&msg.args, 0),
+            _ => {}
+        }
+    }
+    fn is_dsp(&self) -> bool {
+        true
+    }
+    fn signal_scalar(&self, _: usize) -> f32 {
+        self.scalar
+    }
+    fn prepare(&mut self, env: &DspEnv<'_>) {
+        self.array = env.shared.array(&self.name);
+    }
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
+        let Some(arr) = &self.array else {
+            outs[0].fill(0.0);
+            return;
+        };
+        let buf = read(arr);
+        let Some(maxindex) = buf.len().checked_sub(1) else {
+            outs[0].fill(0.0);
+            return;
+        };
+        for (o, &i) in outs[0].iter_mut().zip(ins[0]) {
+            // C's float-to-int conversion on x86 (out of range or NaN: INT_MIN), then the clamp
+            let index = if (-2_147_483_648.0..2_147_483_648.0).contains(&i) {
+                i as i32
+            } else {
+                i32::MIN
+            };
+            let index = index.clamp(0, maxindex as i32) as usize;
+            *o = buf[index];
+        }
+    }
+}
+
+/// Where a `tabwrite~` or `tabplay~` is not: Pd's `0x7fffffff` phase.
+const IDLE: i64 = 0x7fff_ffff;
+
+/// `tabwrite~ NAME`: records its input into the array from a `bang` (or `start N`) until the
+/// array is full or `stop`.
+#[derive(Debug)]
+pub struct Tabwrite {
+    name: String,
+    array: Option<Array>,
+    phase: i64,
+    scalar: f32,
+}
+
+impl PdObject for Tabwrite {
+    fn ports(&self) -> (Vec<Port>, Vec<Port>) {
+        (vec![Port::Signal], vec![])
+    }
+    fn message(&mut self, _inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
+        match msg.selector.as_str() {
+            "float" => self.scalar = msg.f(0),
+            "bang" => self.phase = 0,
+            "start" => self.phase = msg.f(0).max(0.0) as i64,
+            "stop" => self.phase = IDLE,
+            "set" => self.name = sarg(&msg.args, 0),
+            _ => {}
+        }
+    }
+    fn is_dsp(&self) -> bool {
+        true
+    }
+    fn signal_scalar(&self, _: usize) -> f32 {
+        self.scalar
+    }
+    fn prepare(&mut self, env: &DspEnv<'_>) {
+        self.array = env.shared.array(&self.name);
+    }
+    fn perform(&mut self, ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
+        let Some(arr) = &self.array else {
+            return;
+        };
+        let mut buf = arr.write().unwrap_or_else(|e| e.into_inner());
+        let end = buf.len() as i64;
+        if end <= self.phase {
+            self.phase = IDLE;
+            return;
+        }
+        let n = ((end - self.phase) as usize).min(ins[0].len());
+        let at = self.phase as usize;
+        for (w, &x) in buf[at..at + n].iter_mut().zip(ins[0]) {
+            *w = if super::osc::big_or_small(x) { 0.0 } else { x };
+        }
+        self.phase += n as i64;
+        if self.phase >= end {
+            self.phase = IDLE;
+        }
+    }
+}
+
+/// `tabplay~ NAME`: plays the array once from a `bang`, `START` or `START LENGTH`, and bangs
+/// its right outlet (after the block) when done.
+#[derive(Debug)]
+pub struct Tabplay {
+    name: String,
+    array: Option<Array>,
+    phase: i64,
+    limit: i64,
+    finished: bool,
+}
+
+impl PdObject for Tabplay {
+    fn ports(&self) -> (Vec<Port>, Vec<Port>) {
+        (vec![Port::Control], vec![Port::Signal, Port::Control])
+    }
+    fn distributes_lists(&self) -> bool {
+        false // Pd's tabplay~ has a list method: START LENGTH
+    }
+    fn message(&mut self, _inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
+        match msg.selector.as_str() {
+            // a bang or a float reaches Pd's list method
+            "bang" | "float" | "list" => {
+                let start = (msg.f(0) as i64).max(0);
+                let length = msg.f(1) as i64;
+                self.limit = if length <= 0 { IDLE } else { start + length };
+                self.phase = start;
+            }
+            "stop" => self.phase = IDLE,
+            "set" => self.name = sarg(&msg.args, 0),
+            _ => {}
+        }
+    }
+    fn is_dsp(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, env: &DspEnv<'_>) {
+        self.array = env.shared.array(&self.name);
+    }
+    fn perform(&mut self, _ins: &[&[f32]], outs: &mut [&mut [f32]]) {
+        let out = &mut *outs[0];
+        let Some(arr) = &self.array else {
+            out.fill(0.0);
+            return;
+        };
+        let buf = read(arr);
+        let end = (buf.len() as i64).min(self.limit);
+        if self.phase >= end {
+            out.fill(0.0);
+            return;
+        }
+        let n = ((end - self.phase) as usize).min(out.len());
+        let at = self.phase as usize;
+        out[..n].copy_from_slice(&buf[at..at + n]);
+        out[n..].fill(0.0);
+        self.phase += n as i64;
+        if self.phase >= end {
+            self.phase = IDLE;
+            self.finished = true;
+        }
+    }
+    fn wants_clock_after_block(&mut self) -> bool {
+        std::mem::take(&mut self.finished)
+    }
+    fn reports_after_block(&self) -> bool {
+        true
+    }
+    fn clock(&mut self, _tag: u32, cx: &mut Cx<'_>) {
+        cx.out(1, Msg::bang());
+    }
+}
+
+/// The array a `tab*~` object reads or writes, as named state for the scheduler (see
+/// [`crate::load`], which keeps it only for arrays some `tabwrite~` writes: readers of an
+/// array nothing writes in DSP need no order among themselves).
+pub fn resource(class: &str, args: &[Atom]) -> Option<String> {
+    match class {
+        "tabwrite~" | "tabread~" | "tabread4~" | "tabplay~" | "tabosc4~" => {
+            Some(format!("array:{}", sarg(args, 0)))
+        }
+        _ => None,
+    }
+}
+
 /// Defines an array (from `table`, `array define` or a graph), keeping an existing one.
 pub fn define_array(shared: &mut crate::shared::Shared, name: &str, data: Vec<f32>) {
     shared
@@ -206,6 +402,24 @@ pub fn create(
             array: None,
             onset: 0.0,
             scalar: 0.0,
+        }),
+        "tabread~" => Box::new(Tabread {
+            name: sarg(args, 0),
+            array: None,
+            scalar: 0.0,
+        }),
+        "tabwrite~" => Box::new(Tabwrite {
+            name: sarg(args, 0),
+            array: None,
+            phase: IDLE,
+            scalar: 0.0,
+        }),
+        "tabplay~" => Box::new(Tabplay {
+            name: sarg(args, 0),
+            array: None,
+            phase: IDLE,
+            limit: 0,
+            finished: false,
         }),
         "tabosc4~" => Box::new(Tabosc4 {
             name: sarg(args, 0),

@@ -344,6 +344,56 @@ impl Env {
     }
 }
 
+/// `samphold~` (d_ctl.c `sigsamphold`): samples the left signal whenever the right one
+/// decreases (a `phasor~` wrapping), and holds it. `set F` sets the held value, `reset [F]` the
+/// last control value (1e20 without an argument, so the next sample triggers).
+#[derive(Debug, Default)]
+pub struct Samphold {
+    last_in: f32,
+    last_out: f32,
+    scalar: f32,
+}
+
+impl PdObject for Samphold {
+    fn ports(&self) -> (Vec<Port>, Vec<Port>) {
+        (vec![Port::Signal, Port::Signal], vec![Port::Signal])
+    }
+    fn message(&mut self, _inlet: usize, msg: &Msg, _cx: &mut Cx<'_>) {
+        match msg.selector.as_str() {
+            "float" => self.scalar = msg.f(0),
+            "set" => self.last_out = msg.f(0),
+            "reset" => {
+                self.last_in = match msg.args.first() {
+                    Some(Atom::Float(f)) => *f,
+                    _ => 1e20,
+                }
+            }
+            _ => {}
+        }
+    }
+    fn is_dsp(&self) -> bool {
+        true
+    }
+    fn signal_scalar(&self, inlet: usize) -> f32 {
+        if inlet == 0 {
+            self.scalar
+        } else {
+            0.0
+        }
+    }
+    fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
+        let (mut last_in, mut last_out) = (self.last_in, self.last_out);
+        for ((o, &x), &ctl) in outs[0].iter_mut().zip(ins[0]).zip(ins[1]) {
+            if ctl < last_in {
+                last_out = x;
+            }
+            *o = last_out;
+            last_in = ctl;
+        }
+        (self.last_in, self.last_out) = (last_in, last_out);
+    }
+}
+
 impl PdObject for Env {
     fn ports(&self) -> (Vec<Port>, Vec<Port>) {
         (vec![Port::Signal], vec![Port::Control])
@@ -422,6 +472,7 @@ impl PdObject for Env {
 /// Creates the d_ctl.c objects.
 pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
     Some(match class {
+        "samphold~" => Box::new(Samphold::default()),
         "line~" => Box::new(LineTilde::default()),
         "vline~" => Box::new(VlineTilde {
             value: 0.0,

@@ -234,6 +234,10 @@ pub fn create(
 /// Every class name [`create`] knows (for `tess-pd objects` and the README).
 pub const CLASSES: &[&str] = &[
     "soundfiler",
+    "tabread~",
+    "tabwrite~",
+    "tabplay~",
+    "samphold~",
     "loadbang",
     "metro",
     "delay",
