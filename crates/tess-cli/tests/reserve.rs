@@ -142,7 +142,11 @@ fn by_default_the_budget_follows_the_working_thread() {
                     "{r:?}"
                 );
                 if r[4] > budget * 9 / 10 {
-                    assert!(r[..4].iter().all(|s| *s == budget / 64), "{r:?}");
+                    // the others hold small slices: an idle thread its standby slice
+                    // (budget / 64), a thread that woke for a moment its measured demand, at
+                    // least the kernel-friendly minimum (the demand split, threads/demand.rs)
+                    let small = tess_core::layout::MIN_THREAD_SLICE..=budget / 64;
+                    assert!(r[..4].iter().all(|s| small.contains(s)), "{r:?}");
                     break r;
                 }
             }
