@@ -120,19 +120,17 @@ fn run_ours(
         s.spawn(move || -> anyhow::Result<Trial> {
             tess_sched::rt::place_current_thread(Some(o.hart), None)?;
             let pool = if preemptive {
-                Some(Pool::new(PoolOptions {
+                Some(std::sync::Arc::new(Pool::new(PoolOptions {
                     hart: Some(o.hart),
                     top_priority: Some(o.rt_priority - 1),
                     levels: plan.levels.len() - 1,
-                })?)
+                })?))
             } else {
                 None
             };
-            let mode = pool
-                .as_ref()
-                .map_or(Mode::TimeDistributed, Mode::Preemptive);
+            let mode = pool.map_or(Mode::TimeDistributed, Mode::Preemptive);
             let mut convs = (0..n)
-                .map(|_| Convolver::new(&ir, &plan, mode, WhenLate::Drop))
+                .map(|_| Convolver::new(&ir, &plan, mode.clone(), WhenLate::Drop))
                 .collect::<Result<Vec<_>, _>>()?;
             tess_sched::rt::place_current_thread(
                 None,

@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// How the long levels (all but level 0) run.
-#[derive(Debug, Clone, Copy)]
-pub enum Mode<'p> {
+#[derive(Debug, Clone)]
+pub enum Mode {
     /// Each long level's whole step runs in the callback that completes its input block:
     /// exact and simple, for offline rendering; its callbacks vary wildly in cost.
     Synchronous,
@@ -21,8 +21,9 @@ pub enum Mode<'p> {
     TimeDistributed,
     /// Seed 001 section 3.3 approach 1: each step runs on the pool's worker for its level, at
     /// a lower priority than the audio thread, preempted whenever a block arrives. The result
-    /// is due one period later.
-    Preemptive(&'p Pool),
+    /// is due one period later. The convolver holds the pool (several convolvers may share
+    /// one).
+    Preemptive(Arc<Pool>),
 }
 
 /// What happens when a preemptive step is not done by its deadline.
@@ -76,9 +77,9 @@ struct LongLevel {
 }
 
 /// A zero-latency non-uniform partitioned convolver.
-pub struct Convolver<'p> {
+pub struct Convolver {
     plan: Plan,
-    mode: Mode<'p>,
+    mode: Mode,
     when_late: WhenLate,
     first: LevelJob,
     long: Vec<LongLevel>,
@@ -87,7 +88,7 @@ pub struct Convolver<'p> {
     late: u64,
 }
 
-impl std::fmt::Debug for Convolver<'_> {
+impl std::fmt::Debug for Convolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Convolver")
             .field("plan", &self.plan.to_string())
@@ -97,15 +98,15 @@ impl std::fmt::Debug for Convolver<'_> {
     }
 }
 
-impl<'p> Convolver<'p> {
+impl Convolver {
     /// Prepares `ir` cut as `plan` says (transforms every partition: allocate here, not in the
     /// audio callback).
     pub fn new(
         ir: &[f32],
         plan: &Plan,
-        mode: Mode<'p>,
+        mode: Mode,
         when_late: WhenLate,
-    ) -> Result<Convolver<'p>, ConvError> {
+    ) -> Result<Convolver, ConvError> {
         if plan.ir_len != ir.len() {
             return Err(ConvError::Length {
                 plan: plan.ir_len,
@@ -118,7 +119,7 @@ impl<'p> Convolver<'p> {
         {
             return Err(ConvError::Layout(plan.to_string()));
         }
-        if let Mode::Preemptive(pool) = mode {
+        if let Mode::Preemptive(pool) = &mode {
             if pool.levels() < plan.levels.len() - 1 {
                 return Err(ConvError::PoolTooSmall {
                     levels: plan.levels.len() - 1,
@@ -132,7 +133,7 @@ impl<'p> Convolver<'p> {
             .enumerate()
             .map(|(i, &l)| {
                 let cell = Arc::new(JobCell::new(LevelJob::new(l, ir)));
-                if let Mode::Preemptive(pool) = mode {
+                if let Mode::Preemptive(pool) = &mode {
                     pool.register(i + 1, cell.clone());
                 }
                 let slots = l.size / plan.block;
@@ -184,7 +185,7 @@ impl<'p> Convolver<'p> {
         let t = self.callback;
         let mut late = 0;
         for (i, lv) in self.long.iter_mut().enumerate() {
-            late += long_level_callback(lv, i + 1, t, b, input, output, self.mode, self.when_late);
+            late += long_level_callback(lv, i + 1, t, b, input, output, &self.mode, self.when_late);
         }
         self.callback += 1;
         self.late += u64::from(late);
@@ -206,7 +207,7 @@ fn long_level_callback(
     b: usize,
     input: &[f32],
     output: &mut [f32],
-    mode: Mode<'_>,
+    mode: &Mode,
     when_late: WhenLate,
 ) -> u32 {
     let slots = lv.slots as u64;
@@ -257,7 +258,7 @@ fn long_level_callback(
 /// a late step that finishes afterwards belongs to a period already played (as silence), so its
 /// result is discarded. One late step thus silences its level for one or two periods, and the
 /// input of the period it skipped is missing from that level's tail (see `LevelJob::forward`).
-fn collect(lv: &mut LongLevel, period: u64, mode: Mode<'_>, when_late: WhenLate) -> u32 {
+fn collect(lv: &mut LongLevel, period: u64, mode: &Mode, when_late: WhenLate) -> u32 {
     let posted = lv.cell.posted.load(Ordering::Relaxed);
     if posted == lv.collected {
         lv.next.fill(0.0);
@@ -286,7 +287,7 @@ fn collect(lv: &mut LongLevel, period: u64, mode: Mode<'_>, when_late: WhenLate)
     0
 }
 
-fn mode_is_preemptive(mode: Mode<'_>) -> bool {
+fn mode_is_preemptive(mode: &Mode) -> bool {
     matches!(mode, Mode::Preemptive(_))
 }
 
@@ -313,9 +314,9 @@ fn time_distributed_share(lv: &mut LongLevel, slot: usize, period: u64) {
     }
 }
 
-impl Drop for Convolver<'_> {
+impl Drop for Convolver {
     fn drop(&mut self) {
-        if let Mode::Preemptive(pool) = self.mode {
+        if let Mode::Preemptive(pool) = &self.mode {
             for (i, lv) in self.long.iter().enumerate() {
                 pool.unregister(i + 1, &lv.cell);
             }
@@ -338,7 +339,7 @@ mod tests {
             .collect()
     }
 
-    fn wait_idle(c: &Convolver<'_>) {
+    fn wait_idle(c: &Convolver) {
         for lv in &c.long {
             while !lv.cell.is_idle() {
                 std::thread::sleep(std::time::Duration::from_micros(10));
@@ -356,13 +357,16 @@ mod tests {
         let ir = signal(2000, 1);
         let plan = Plan::with_sizes(32, ir.len(), &[128]).unwrap(); // level 1: 4 callbacks a period
         let (n1, off1) = (plan.levels[1].size, plan.levels[1].offset);
-        let pool = Pool::new(PoolOptions {
-            hart: None,
-            top_priority: None,
-            levels: 1,
-        })
-        .unwrap();
-        let mut c = Convolver::new(&ir, &plan, Mode::Preemptive(&pool), WhenLate::Drop).unwrap();
+        let pool = Arc::new(
+            Pool::new(PoolOptions {
+                hart: None,
+                top_priority: None,
+                levels: 1,
+            })
+            .unwrap(),
+        );
+        let mut c =
+            Convolver::new(&ir, &plan, Mode::Preemptive(pool.clone()), WhenLate::Drop).unwrap();
         let x = signal(32 * 400, 2);
         // Held from callback 80 to 88 (inclusive): the step started at the end of level period 20 is not
         // done by the end of 21 (late), so no step starts for period 21's input.

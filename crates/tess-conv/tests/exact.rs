@@ -29,7 +29,7 @@ fn direct(x: &[f32], h: &[f32]) -> Vec<f64> {
         .collect()
 }
 
-fn run(c: &mut Convolver<'_>, x: &[f32]) -> Vec<f32> {
+fn run(c: &mut Convolver, x: &[f32]) -> Vec<f32> {
     let b = c.plan().block;
     let mut y = vec![0.0; x.len()];
     for (xi, yi) in x.chunks_exact(b).zip(y.chunks_exact_mut(b)) {
@@ -64,7 +64,7 @@ fn synchronous_and_time_distributed_match_the_direct_sum() {
         let want = direct(&x, &h);
         let plan = Plan::with_sizes(block, len, sizes).unwrap();
         for mode in [Mode::Synchronous, Mode::TimeDistributed] {
-            let mut c = Convolver::new(&h, &plan, mode, WhenLate::Drop).unwrap();
+            let mut c = Convolver::new(&h, &plan, mode.clone(), WhenLate::Drop).unwrap();
             assert_close(&run(&mut c, &x), &want, &format!("{mode:?} {plan}"));
             assert_eq!(c.late(), 0);
         }
@@ -73,20 +73,24 @@ fn synchronous_and_time_distributed_match_the_direct_sum() {
 
 #[test]
 fn preemptive_matches_the_direct_sum_when_it_waits_for_its_workers() {
-    let pool = Pool::new(PoolOptions {
-        hart: None,
-        top_priority: None,
-        levels: 3,
-    })
-    .unwrap();
+    let pool = std::sync::Arc::new(
+        Pool::new(PoolOptions {
+            hart: None,
+            top_priority: None,
+            levels: 3,
+        })
+        .unwrap(),
+    );
     for &(block, len, sizes) in PLANS {
         let h = noise(len, len as u64 + 1);
         let x = noise(block * 600, 9);
         let want = direct(&x, &h);
         let plan = Plan::with_sizes(block, len, sizes).unwrap();
         // Two instances share the pool's workers, as instances on one hart do.
-        let mut a = Convolver::new(&h, &plan, Mode::Preemptive(&pool), WhenLate::Wait).unwrap();
-        let mut b = Convolver::new(&h, &plan, Mode::Preemptive(&pool), WhenLate::Wait).unwrap();
+        let mut a =
+            Convolver::new(&h, &plan, Mode::Preemptive(pool.clone()), WhenLate::Wait).unwrap();
+        let mut b =
+            Convolver::new(&h, &plan, Mode::Preemptive(pool.clone()), WhenLate::Wait).unwrap();
         let (ya, yb) = (run(&mut a, &x), run(&mut b, &x));
         assert_close(&ya, &want, &format!("preemptive {plan}"));
         assert_eq!(ya, yb);
@@ -111,14 +115,17 @@ fn mismatches_are_errors_not_panics() {
         Convolver::new(&h, &bent, Mode::Synchronous, WhenLate::Drop),
         Err(ConvError::Layout(_))
     ));
-    let pool = Pool::new(PoolOptions {
-        hart: None,
-        top_priority: None,
-        levels: 1,
-    })
-    .unwrap();
+    let pool = std::sync::Arc::new(
+        Pool::new(PoolOptions {
+            hart: None,
+            top_priority: None,
+            levels: 1,
+        })
+        .unwrap(),
+    );
     let plan = Plan::with_sizes(32, 1000, &[64, 128]).unwrap();
-    let err = Convolver::new(&h, &plan, Mode::Preemptive(&pool), WhenLate::Drop).unwrap_err();
+    let err =
+        Convolver::new(&h, &plan, Mode::Preemptive(pool.clone()), WhenLate::Drop).unwrap_err();
     assert_eq!(
         err.to_string(),
         "the plan has 2 long levels, the worker pool serves 1"

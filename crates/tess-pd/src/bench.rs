@@ -510,3 +510,129 @@ mod tests {
         }
     }
 }
+
+/// Options of [`conv_in_engine`].
+#[derive(Debug, Clone)]
+pub struct ConvEngineOptions {
+    /// CPU the engine (and its convolution workers) run on.
+    pub cpu: usize,
+    /// The engine's `SCHED_FIFO` priority (the workers run below it).
+    pub rt_priority: i32,
+    /// Impulse response length, samples.
+    pub ir_len: usize,
+    /// Engine block, samples.
+    pub block: usize,
+    /// Seconds each mode plays.
+    pub seconds: f64,
+}
+
+/// `tess~conv` inside the engine, its long levels run synchronously and then preemptively
+/// (seed 001 section 3.3 in the engine): one patch (`noise~ -> tess~conv ir -> dac~`, the
+/// response read from a WAV file by `soundfiler`) played in real time at 44.1 kHz on one CPU,
+/// once per mode; adds a table and the figures `engine_misses_{sync,preemptive}`,
+/// `engine_p999_us_{sync,preemptive}`, `engine_max_us_{sync,preemptive}` and
+/// `engine_conv_late_preemptive` (steps the workers finished too late) to `r`.
+pub fn conv_in_engine(o: &ConvEngineOptions, r: &mut Report) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("tess-pd-conv-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = conv_in_engine_in(o, &dir, r);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyhow::Result<()> {
+    use crate::engine::EngineOptions;
+    // a decaying noise response, the same every run (a small LCG)
+    let mut seed = 0x2545_f491u32;
+    let ir: Vec<f32> = (0..o.ir_len)
+        .map(|i| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * (-(i as f32) / 100_000.0).exp()
+        })
+        .collect();
+    crate::render::write_wav(&dir.join("ir.wav"), &[ir], 44_100)?;
+    let patch = write_patch(
+        dir,
+        "conv.pd",
+        "#N canvas 0 0 450 300 12;\n#X obj 10 10 loadbang;\n#X msg 10 30 read -resize ir.wav ir;\n\
+         #X obj 10 50 soundfiler;\n#X obj 200 10 array define ir 1;\n#X obj 10 100 noise~;\n\
+         #X obj 10 130 tess~conv ir;\n#X obj 10 170 dac~ 1;\n#X connect 0 0 1 0;\n\
+         #X connect 1 0 2 0;\n#X connect 4 0 5 0;\n#X connect 5 0 6 0;\n",
+    )?;
+    let cfg = Config {
+        sample_rate: 44_100.0,
+        block: o.block,
+    };
+    let o2 = o.clone();
+    // One thread on the CPU, real time: the workers it starts inherit the CPU, so they get
+    // only the time the engine leaves (the paper's single-hart setting).
+    let reports = std::thread::spawn(move || -> anyhow::Result<Vec<crate::play::PlayReport>> {
+        crate::sched::pin_to(o2.cpu);
+        crate::sched::set_fifo(o2.rt_priority)
+            .map_err(|e| anyhow::anyhow!("SCHED_FIFO {}: {e}", o2.rt_priority))?;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut out = Vec::new();
+        for preemptive in [false, true] {
+            let options = EngineOptions {
+                conv_workers: if preemptive {
+                    Some(crate::engine::conv_workers(o2.rt_priority)?)
+                } else {
+                    None
+                },
+            };
+            out.push(crate::play::play(
+                &patch,
+                cfg,
+                &options,
+                o2.seconds,
+                &mut Executor::serial(),
+                &stop,
+                &mut Default::default(),
+            )?);
+        }
+        Ok(out)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
+    let mut t = Table::new(
+        format!(
+            "tess~conv in the engine: a {}-sample response at {}-sample blocks, 44.1 kHz, one CPU ({} s per mode)",
+            o.ir_len, o.block, o.seconds
+        ),
+        &[
+            "long levels",
+            "blocks",
+            "misses",
+            "p99 us",
+            "p99.9 us",
+            "max us",
+            "late steps",
+        ],
+    );
+    for (mode, p) in ["sync", "preemptive"].iter().zip(&reports) {
+        t.row(&[
+            mode.to_string(),
+            p.blocks.to_string(),
+            p.misses.to_string(),
+            format!("{:.0}", p.p99_us),
+            format!("{:.0}", p.p999_us),
+            format!("{:.0}", p.max_us),
+            p.conv_late.to_string(),
+        ]);
+        r.figure(format!("engine_misses_{mode}"), p.misses as f64)
+            .figure(format!("engine_p999_us_{mode}"), p.p999_us)
+            .figure(format!("engine_max_us_{mode}"), p.max_us);
+    }
+    r.figure("engine_conv_late_preemptive", reports[1].conv_late as f64);
+    r.table(t);
+    r.note(format!(
+        "engine: `tess-pd play` of noise~ -> tess~conv -> dac~ on CPU {} at SCHED_FIFO {}; \
+         sync runs each long level in the block that completes its input, preemptive on 12 \
+         workers at SCHED_FIFO {} and below on the same CPU, each step due one period of its \
+         level later",
+        o.cpu,
+        o.rt_priority,
+        o.rt_priority - 1
+    ));
+    Ok(())
+}

@@ -223,6 +223,9 @@ pub struct ServeReport {
     pub turnaround_p99_us: f64,
     /// Largest.
     pub turnaround_max_us: f64,
+    /// `tess~conv` long steps that missed their deadline (preemptive workers).
+    #[serde(default)]
+    pub conv_late: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
@@ -317,6 +320,7 @@ pub fn serve(
     report.turnaround_p50_us = percentile(&turnaround, 0.5);
     report.turnaround_p99_us = percentile(&turnaround, 0.99);
     report.turnaround_max_us = percentile(&turnaround, 1.0);
+    report.conv_late = engine.conv_late();
     report.osc = control.osc_report();
     Ok(report)
 }

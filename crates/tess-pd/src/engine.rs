@@ -26,6 +26,43 @@ pub struct Config {
     pub block: usize,
 }
 
+/// What else an engine may be given besides its [`Config`].
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Run `tess~conv`'s long levels on these workers (seed 001 section 3.3, preemptive);
+    /// `None`: synchronously, in the block that completes their input.
+    pub conv_workers: Option<crate::shared::ConvWorkers>,
+}
+
+/// Long convolution levels a pool serves: enough for any plan `tess~conv` makes (partitions
+/// from the smallest block, 16 samples, up to its largest, 65,536: twelve doublings).
+pub const CONV_LEVELS: usize = 12;
+
+/// Starts the workers for [`EngineOptions::conv_workers`] in real time: SCHED_FIFO from
+/// `engine_priority - 1` down (one step per level, the shortest level highest), so that every
+/// block of the engine preempts them; unpinned, so they run on whichever of the calling
+/// thread's CPUs the engine leaves idle. Needs `engine_priority` of at least
+/// [`CONV_LEVELS`] + 1.
+pub fn conv_workers(engine_priority: i32) -> Result<crate::shared::ConvWorkers, EngineError> {
+    if engine_priority <= CONV_LEVELS as i32 {
+        return Err(EngineError::Config(format!(
+            "preemptive convolution needs the engine at SCHED_FIFO {} or above (its {CONV_LEVELS} \
+             workers run one priority step each below it), not {engine_priority}",
+            CONV_LEVELS + 1
+        )));
+    }
+    let pool = tess_conv::Pool::new(tess_conv::PoolOptions {
+        hart: None,
+        top_priority: Some(engine_priority - 1),
+        levels: CONV_LEVELS,
+    })
+    .map_err(|e| EngineError::Config(e.to_string()))?;
+    Ok(crate::shared::ConvWorkers {
+        pool: std::sync::Arc::new(pool),
+        when_late: tess_conv::WhenLate::Drop,
+    })
+}
+
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -68,6 +105,15 @@ pub struct Engine {
 impl Engine {
     /// Loads a patch, sends loadbangs, and starts DSP.
     pub fn open(path: &Path, config: Config) -> Result<Engine, EngineError> {
+        Engine::open_with(path, config, &EngineOptions::default())
+    }
+
+    /// [`Engine::open`] with options.
+    pub fn open_with(
+        path: &Path,
+        config: Config,
+        options: &EngineOptions,
+    ) -> Result<Engine, EngineError> {
         if !config.block.is_power_of_two() || !(16..=1024).contains(&config.block) {
             return Err(EngineError::Config(format!(
                 "block size {} is not a power of two from 16 to 1024",
@@ -82,6 +128,7 @@ impl Engine {
         }
         let mut prog = load::load(path)?;
         prog.shared.sample_rate = config.sample_rate;
+        prog.shared.conv_workers = options.conv_workers.clone();
         let order = crate::sort::sort(&prog.sort, &prog.signal_edges)?;
         let max_ch = prog.shared.dac.len().max(1);
         prog.shared.ensure_channels(max_ch - 1, config.block);
@@ -324,6 +371,12 @@ impl Engine {
     /// Input channels (`adc~`; at least as many as output channels).
     pub fn input_channels(&self) -> usize {
         self.prog.shared.adc.len()
+    }
+
+    /// Long convolution steps (`tess~conv` with preemptive workers) that missed their
+    /// deadline so far; each silenced its level for a period or two.
+    pub fn conv_late(&self) -> u64 {
+        self.prog.shared.conv_late.load(Ordering::Relaxed)
     }
 
     /// Input channels some `adc~` of the patch reads (0 for a patch without `adc~`): the

@@ -15,7 +15,7 @@
 //! Each block is also published to the process's `pd` page (crate `tess-stats`), so `tess top`
 //! and Prometheus show the engine's misses and tail while it plays.
 
-use crate::engine::{Config, Engine, EngineError};
+use crate::engine::{Config, Engine, EngineError, EngineOptions};
 use crate::sched::Executor;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +45,8 @@ pub struct PlayReport {
     pub max_us: f64,
     /// Median compute time of a block (done minus start), us.
     pub compute_p50_us: f64,
+    /// `tess~conv` long steps that missed their deadline (preemptive workers).
+    pub conv_late: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
@@ -118,12 +120,13 @@ impl ControlIn {
 pub fn play(
     patch: &Path,
     config: Config,
+    options: &EngineOptions,
     seconds: f64,
     exec: &mut Executor,
     stop: &AtomicBool,
     control: &mut ControlIn,
 ) -> Result<PlayReport, EngineError> {
-    let mut e = Engine::open(patch, config)?;
+    let mut e = Engine::open_with(patch, config, options)?;
     let period_ns = (config.block as f64 / config.sample_rate as f64 * 1e9).round() as u64;
     let total = ((seconds * 1e9) / period_ns as f64).round().max(1.0) as u64;
     let published = tess_stats::Publisher::try_create("pd", Some(Duration::from_nanos(period_ns)));
@@ -169,6 +172,7 @@ pub fn play(
         p999_us: percentile(&response, 0.999),
         max_us: response.last().map_or(0.0, |v| *v as f64 / 1e3),
         compute_p50_us: percentile(&compute, 0.5),
+        conv_late: e.conv_late(),
         osc: control.osc_report(),
     })
 }
@@ -249,6 +253,7 @@ mod tests {
         let r = play(
             &patch,
             cfg,
+            &EngineOptions::default(),
             0.2,
             &mut Executor::serial(),
             &AtomicBool::new(false),

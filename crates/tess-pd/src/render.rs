@@ -1,7 +1,7 @@
 //! Offline rendering: run a patch for a time and write the `dac~` channels as a 32-bit float
 //! WAV (what `tess-pd render` does, and what the compatibility tests compare with Pd).
 
-use crate::engine::{Config, Engine, EngineError};
+use crate::engine::{Config, Engine, EngineError, EngineOptions};
 use crate::sched::Executor;
 use std::path::Path;
 
@@ -28,7 +28,18 @@ pub fn render(
     seconds: f64,
     exec: &mut Executor,
 ) -> Result<Vec<Vec<f32>>, EngineError> {
-    let mut e = Engine::open(patch, config)?;
+    render_with(patch, config, seconds, exec, &EngineOptions::default())
+}
+
+/// [`render`] with engine options.
+pub fn render_with(
+    patch: &Path,
+    config: Config,
+    seconds: f64,
+    exec: &mut Executor,
+    options: &EngineOptions,
+) -> Result<Vec<Vec<f32>>, EngineError> {
+    let mut e = Engine::open_with(patch, config, options)?;
     let total = (seconds * config.sample_rate as f64).round() as usize;
     let ch = e.channels();
     let mut out = vec![Vec::with_capacity(total + config.block); ch];

@@ -52,6 +52,16 @@ impl DelayLine {
 /// A `send~` or `catch~` buffer.
 pub type Bus = Arc<Mutex<Vec<f32>>>;
 
+/// How `tess~conv` runs its long levels: on a pool of lower-priority workers (seed 001
+/// section 3.3, approach 1), and what happens to a step that misses its deadline.
+#[derive(Debug, Clone)]
+pub struct ConvWorkers {
+    /// The workers, shared by every `tess~conv` of the engine.
+    pub pool: Arc<tess_conv::Pool>,
+    /// `Drop` in real time (a late step is silence for its level), `Wait` for exact output.
+    pub when_late: tess_conv::WhenLate,
+}
+
 /// All named state of one patch.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -78,6 +88,11 @@ pub struct Shared {
     pub adc: Vec<Bus>,
     /// The engine's sample rate, Hz (what `soundfiler write` writes by default).
     pub sample_rate: f32,
+    /// Where `tess~conv`'s long levels run (`None`: synchronously, in the block that
+    /// completes their input).
+    pub conv_workers: Option<ConvWorkers>,
+    /// Long convolution steps that missed their deadline (preemptive mode), all objects.
+    pub conv_late: Arc<AtomicU64>,
     /// How many of the `adc~` channels some `adc~` object reads (its highest channel): a host
     /// that opens inputs on demand (JACK ports) opens these.
     pub adc_read: usize,

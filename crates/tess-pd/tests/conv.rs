@@ -74,3 +74,45 @@ fn tess_conv_without_its_array_is_silent() {
     let out = tess_pd::render::render(&path, CFG, 0.05, &mut Executor::serial()).expect("render");
     assert!(out[0].iter().all(|v| *v == 0.0));
 }
+
+/// Preemptive workers (ordinary threads here, told to wait for late steps so the output is
+/// exact): the same samples as the synchronous mode, bit for bit (the same steps, run on
+/// another thread), serially and on 2 harts, with a response long enough for several levels.
+#[test]
+fn tess_conv_on_preemptive_workers_renders_what_the_synchronous_mode_renders() {
+    let ir = response(20_000);
+    // the object's plan (its defaults) has long levels for the workers to run
+    let plan = tess_conv::Plan::optimal(
+        64,
+        ir.len(),
+        65_536,
+        &tess_conv::CostModel::default(),
+        tess_conv::Objective::MeanLoad,
+    )
+    .expect("plan");
+    assert!(plan.levels.len() > 2, "{plan}");
+    let d = tempfile::tempdir().expect("tmp");
+    let path = d.path().join("conv.pd");
+    std::fs::write(&path, patch(&ir)).expect("write");
+    let sync = tess_pd::render::render(&path, CFG, 1.0, &mut Executor::serial()).expect("sync");
+    let workers = tess_pd::shared::ConvWorkers {
+        pool: std::sync::Arc::new(
+            tess_conv::Pool::new(tess_conv::PoolOptions {
+                hart: None,
+                top_priority: None,
+                levels: tess_pd::engine::CONV_LEVELS,
+            })
+            .expect("pool"),
+        ),
+        when_late: tess_conv::WhenLate::Wait,
+    };
+    let options = tess_pd::engine::EngineOptions {
+        conv_workers: Some(workers),
+    };
+    for mut exec in [Executor::serial(), Executor::new(Strategy::WorkStealing, 2)] {
+        let pre =
+            tess_pd::render::render_with(&path, CFG, 1.0, &mut exec, &options).expect("preemptive");
+        assert!(pre[0].iter().any(|&v| v != 0.0), "silent");
+        assert_eq!(pre, sync);
+    }
+}

@@ -1,5 +1,7 @@
 //! `tess bench convolution`: long-running tasks in partitioned convolution (issue 15, seed 001
-//! section 3.3). The measuring code lives in `tess_conv::bench`.
+//! section 3.3). The measuring code lives in `tess_conv::bench` (instances per hart) and
+//! `tess_pd::bench::conv_in_engine` (one `tess~conv` in the graph engine, long levels
+//! synchronous and preemptive).
 
 use super::Common;
 use clap::Args;
@@ -28,10 +30,15 @@ pub struct ConvolutionArgs {
     /// Never try more instances than this.
     #[arg(long, default_value_t = 400)]
     pub max_instances: usize,
-    /// The variants to measure (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "preemptive,time-distributed,zita",
-          value_parser = ["preemptive", "time-distributed", "zita"])]
+    /// The variants to measure (comma-separated): instances per hart of the library's
+    /// preemptive and time-distributed modes and of zita-convolver, and `engine`: tess-pd
+    /// playing one `tess~conv` with its long levels synchronous, then preemptive.
+    #[arg(long, value_delimiter = ',', default_value = "preemptive,time-distributed,zita,engine",
+          value_parser = ["preemptive", "time-distributed", "zita", "engine"])]
     pub variants: Vec<String>,
+    /// Seconds the engine plays in each mode (`engine`).
+    #[arg(long, default_value_t = 20.0)]
+    pub engine_seconds: f64,
 }
 
 /// Runs it.
@@ -46,7 +53,25 @@ pub fn run(a: &ConvolutionArgs) -> anyhow::Result<Report> {
         seconds: if quick { 2.0 } else { a.seconds },
         search_seconds: if quick { 0.5 } else { a.search_seconds },
         max_instances: if quick { 16 } else { a.max_instances },
-        variants: a.variants.clone(),
+        variants: a
+            .variants
+            .iter()
+            .filter(|v| *v != "engine")
+            .cloned()
+            .collect(),
     };
-    tess_conv::bench::run(&o)
+    let mut r = tess_conv::bench::run(&o)?;
+    if a.variants.iter().any(|v| v == "engine") {
+        tess_pd::bench::conv_in_engine(
+            &tess_pd::bench::ConvEngineOptions {
+                cpu: o.hart,
+                rt_priority: a.rt_priority,
+                ir_len: a.ir_len,
+                block: a.block,
+                seconds: if quick { 2.0 } else { a.engine_seconds },
+            },
+            &mut r,
+        )?;
+    }
+    Ok(r)
 }

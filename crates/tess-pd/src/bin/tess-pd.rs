@@ -58,6 +58,8 @@ enum Cmd {
         block: usize,
         #[command(flatten)]
         exec: ExecArgs,
+        #[command(flatten)]
+        rt: RtArgs,
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
@@ -86,11 +88,8 @@ enum Cmd {
         seconds: Option<f64>,
         #[command(flatten)]
         exec: ExecArgs,
-        /// Serve at SCHED_FIFO this priority (1-99; needs root or CAP_SYS_NICE). In a tess
-        /// dedicated cell the hart is the engine's alone, so a real-time priority only keeps
-        /// the kernel's own best-effort threads from delaying a packet.
-        #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
-        rt_priority: Option<i32>,
+        #[command(flatten)]
+        rt: RtArgs,
         #[command(flatten)]
         control: ControlArgs,
         /// Print the report as one JSON object.
@@ -158,6 +157,51 @@ impl ExecArgs {
     }
 }
 
+/// Real-time priority and where `tess~conv`'s long levels run (play, device).
+#[derive(clap::Args, Debug)]
+struct RtArgs {
+    /// Run the engine's harts at SCHED_FIFO this priority (1-99; needs root or CAP_SYS_NICE).
+    /// In a tess dedicated cell the harts are the engine's alone, so a real-time priority only
+    /// keeps the kernel's own best-effort threads from delaying a block.
+    #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
+    rt_priority: Option<i32>,
+    /// Where tess~conv runs its long levels: `sync` in the block that completes their input
+    /// (exact; a long response makes that block late), `preemptive` on workers below the
+    /// engine's priority that every block preempts, each step due one period of its level
+    /// later (seed 001 section 3.3; needs --rt-priority 13 or more).
+    #[arg(long, value_enum, default_value = "sync")]
+    conv: ConvMode,
+}
+
+/// See [`RtArgs::conv`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ConvMode {
+    Sync,
+    Preemptive,
+}
+
+impl RtArgs {
+    /// Starts the convolution workers if asked, then makes the calling thread and `exec`'s
+    /// harts real time; returns the engine options.
+    fn apply(&self, exec: &mut Executor) -> anyhow::Result<tess_pd::engine::EngineOptions> {
+        let conv_workers = match (self.conv, self.rt_priority) {
+            (ConvMode::Sync, _) => None,
+            (ConvMode::Preemptive, None) => anyhow::bail!(
+                "--conv preemptive needs --rt-priority: the workers run below the engine's \
+                 SCHED_FIFO priority, so that every block preempts them"
+            ),
+            (ConvMode::Preemptive, Some(p)) => Some(tess_pd::engine::conv_workers(p)?),
+        };
+        if let Some(p) = self.rt_priority {
+            *exec = std::mem::replace(exec, Executor::serial()).realtime(p);
+            tess_pd::sched::set_fifo(p).with_context(|| {
+                format!("--rt-priority {p}: cannot run at SCHED_FIFO (needs root or CAP_SYS_NICE)")
+            })?;
+        }
+        Ok(tess_pd::engine::EngineOptions { conv_workers })
+    }
+}
+
 /// Control input (play, device, jack).
 #[derive(clap::Args, Debug)]
 struct ControlArgs {
@@ -198,6 +242,13 @@ fn check_seconds(s: f64) -> anyhow::Result<()> {
 }
 
 /// Prints what the OSC input did, if it was on.
+/// Reports late convolution steps, if there were any.
+fn print_conv_late(late: u64) {
+    if late > 0 {
+        println!("tess~conv: {late} long steps missed their deadline (each silenced its level for a period or two)");
+    }
+}
+
 fn print_osc(osc: &Option<tess_pd::osc::OscStats>) {
     if let Some(o) = osc {
         println!(
@@ -245,6 +296,7 @@ fn main() -> anyhow::Result<()> {
             rate,
             block,
             exec,
+            rt,
             json,
             control,
         } => {
@@ -256,8 +308,17 @@ fn main() -> anyhow::Result<()> {
             };
             let stop = std::sync::atomic::AtomicBool::new(false);
             let mut control = control.bind()?;
-            let r = tess_pd::play::play(&patch, cfg, seconds, &mut exec, &stop, &mut control)
-                .with_context(|| format!("playing {}", patch.display()))?;
+            let options = rt.apply(&mut exec)?;
+            let r = tess_pd::play::play(
+                &patch,
+                cfg,
+                &options,
+                seconds,
+                &mut exec,
+                &stop,
+                &mut control,
+            )
+            .with_context(|| format!("playing {}", patch.display()))?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -269,6 +330,7 @@ fn main() -> anyhow::Result<()> {
                     "response (release to done), us: p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}; compute p50 {:.0}",
                     r.p50_us, r.p99_us, r.p999_us, r.max_us, r.compute_p50_us
                 );
+                print_conv_late(r.conv_late);
                 print_osc(&r.osc);
             }
         }
@@ -278,7 +340,7 @@ fn main() -> anyhow::Result<()> {
             net_service,
             seconds,
             exec,
-            rt_priority,
+            rt,
             control,
             json,
         } => {
@@ -286,17 +348,10 @@ fn main() -> anyhow::Result<()> {
             let mut control = control.bind()?;
             seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
-            let mut engine = tess_pd::engine::Engine::open(&patch, device::config())
-                .with_context(|| format!("loading {}", patch.display()))?;
             let mut exec = exec.executor();
-            if let Some(p) = rt_priority {
-                exec = exec.realtime(p);
-                tess_pd::sched::set_fifo(p).with_context(|| {
-                    format!(
-                        "--rt-priority {p}: cannot run at SCHED_FIFO (needs root or CAP_SYS_NICE)"
-                    )
-                })?;
-            }
+            let options = rt.apply(&mut exec)?;
+            let mut engine = tess_pd::engine::Engine::open_with(&patch, device::config(), &options)
+                .with_context(|| format!("loading {}", patch.display()))?;
             let mut link =
                 device::Link::bind(listen, net_service.as_deref()).with_context(|| {
                     match &net_service {
@@ -335,6 +390,7 @@ fn main() -> anyhow::Result<()> {
                     "arrival to answer sent, us: p50 {:.1}  p99 {:.1}  max {:.1}",
                     r.turnaround_p50_us, r.turnaround_p99_us, r.turnaround_max_us
                 );
+                print_conv_late(r.conv_late);
                 print_osc(&r.osc);
             }
         }

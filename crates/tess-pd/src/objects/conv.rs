@@ -3,10 +3,13 @@
 //! for the least mean load. Not a Pd vanilla class: tess's own, named with the `tess~` prefix.
 //!
 //! The response is read when DSP starts; `set NAME` picks another array from the next start.
-//! Inside tess-pd the long levels run synchronously in the block that completes their input
-//! (exact, and bursty: a block that starts a long level costs more than the others). The
-//! preemptive mode, long levels on lower-priority workers, is the library's
-//! ([`tess_conv::Mode::Preemptive`]) and `tess bench convolution` measures it.
+//! The long levels run as the engine was opened ([`crate::engine::EngineOptions`]): by default
+//! synchronously in the block that completes their input (exact, and bursty: a block that
+//! starts a long level costs more than the others, for a long response more than a block's
+//! deadline); with preemptive workers ([`tess_conv::Mode::Preemptive`], `tess-pd play` and
+//! `device` with `--conv preemptive`) on threads below the engine's priority that every block
+//! preempts, each step due one period of its level later (seed 001 section 3.3). A step that
+//! misses is counted (`Engine::conv_late`).
 
 use super::{sarg, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
@@ -18,8 +21,10 @@ const MAX_PARTITION: usize = 65_536;
 /// `tess~conv NAME`.
 pub struct TessConv {
     name: String,
-    conv: Option<Convolver<'static>>,
+    conv: Option<Convolver>,
     ir_len: usize,
+    /// The engine's count of late steps.
+    late: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl std::fmt::Debug for TessConv {
@@ -60,13 +65,23 @@ impl PdObject for TessConv {
         ) else {
             return;
         };
-        self.conv = Convolver::new(&ir, &plan, Mode::Synchronous, WhenLate::Wait).ok();
+        let (mode, when_late) = match &env.shared.conv_workers {
+            Some(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
+            None => (Mode::Synchronous, WhenLate::Wait),
+        };
+        self.conv = Convolver::new(&ir, &plan, mode, when_late).ok();
         self.ir_len = ir.len();
+        self.late = Some(env.shared.conv_late.clone());
     }
     fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
         match &mut self.conv {
             Some(c) => {
-                c.process(ins[0], outs[0]);
+                let late = c.process(ins[0], outs[0]);
+                if late > 0 {
+                    if let Some(count) = &self.late {
+                        count.fetch_add(u64::from(late), std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
             }
             None => outs[0].fill(0.0),
         }
@@ -85,6 +100,7 @@ pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
             name: sarg(args, 0),
             conv: None,
             ir_len: 0,
+            late: None,
         }) as Box<dyn PdObject>
     })
 }
