@@ -303,9 +303,7 @@ fn top_once_json_reports_grants_use_and_headroom() {
         "{screen}"
     );
     // docs/observability.md shows this screen.
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
-    std::fs::create_dir_all(&docs).unwrap();
-    std::fs::write(docs.join("tess-top-80x24.txt"), &screen).unwrap();
+    write_doc_image("tess-top-80x24.txt", screen.as_bytes());
     // Without a terminal the UI refuses with a usage error that names --once.
     let o = d.tess(&["top"]);
     assert_eq!(outcome(&o).0, 2);
@@ -641,7 +639,19 @@ fn web_dashboard_shows_cells_live_in_a_real_browser() {
         .decode(shot["data"].as_str().unwrap())
         .unwrap();
     assert!(png.starts_with(b"\x89PNG"));
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
-    std::fs::create_dir_all(&docs).unwrap();
-    std::fs::write(docs.join("tess-web.png"), png).unwrap();
+    write_doc_image("tess-web.png", &png);
+}
+
+/// Writes an image that docs/observability.md shows: into `docs/img/` when
+/// `TESS_DOCS_BLESS=1` (`TESS_DOCS_BLESS=1 cargo test -p tess-cli --test observe -- --include-ignored`
+/// refreshes them), otherwise beside the test's other output, so that a test run leaves the
+/// checkout as it found it.
+fn write_doc_image(name: &str, bytes: &[u8]) {
+    let dir = if std::env::var_os("TESS_DOCS_BLESS").is_some_and(|v| v == "1") {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
+    } else {
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-img")
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(name), bytes).unwrap();
 }

@@ -39,6 +39,11 @@
 //!   `active` of CPU time per period, released on the grid, but may finish up to one tick
 //!   period later when a neighbour's earlier deadline preempts it.
 //!
+//! And a tick must run before any thread is promoted on its hart: `Enforcer::converge` starts
+//! the ticks a new layout wants and waits for them ([`BudgetTicks::wait_started`]) before it
+//! places reservations. Started last, as it once was, a hart that rejoined a cell had no tick
+//! for several milliseconds, and a Pulse hart promoted there ran 8 ms of a 400 us window.
+//!
 //! What it costs: one wake-up per period per such hart (5,000 a second at 200 us; about 1-2% of
 //! the hart on this virtual machine, where each timer costs a hypervisor exit), and admission
 //! sets its bandwidth aside (`TICK_RUNTIME / tick`, 2.5% at 200 us) on every hart, because the
@@ -161,6 +166,28 @@ impl BudgetTicks {
                 let tick = start(backend.clone(), h, affinity, self.period);
                 self.running.insert(h, tick);
             }
+        }
+    }
+
+    /// Waits until every tick has either become a deadline task or given up, for at most
+    /// `limit`; returns whether all of them did. A tick is a thread that must first run to
+    /// place itself, and until it has, a reservation promoted on its hart is ended only by the
+    /// scheduler tick (module docs): a Pulse hart promoted on a hart whose tick was still
+    /// starting ran 8 ms of a 400 us window and then sat throttled for as long.
+    pub fn wait_started(&self, limit: Duration) -> bool {
+        let give_up = std::time::Instant::now() + limit;
+        loop {
+            if self
+                .running
+                .values()
+                .all(|t| t.tid.load(Ordering::Acquire) != 0)
+            {
+                return true;
+            }
+            if std::time::Instant::now() >= give_up {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 

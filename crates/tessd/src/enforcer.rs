@@ -14,6 +14,9 @@ use tess_core::layout::{plan_with, CellClass, Layout};
 use tess_core::state::Cluster;
 use tess_sched::HartSet;
 
+/// How long a convergence waits for the budget ticks it starts before it promotes threads.
+const TICK_START_LIMIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Applies layouts to the kernel.
 #[derive(Debug)]
 pub struct Enforcer {
@@ -168,7 +171,18 @@ impl Enforcer {
                 .with_context(|| format!("configuring cell {name}"))?;
         }
         fault_pause();
-        // 4. Reservations.
+        // 4. Budget ticks on the harts that now hold reservations, running before any thread is
+        // promoted there: a reservation on a hart without its tick overruns its budget by up to
+        // a scheduler tick (crate::budget_tick). The root domains they join exist since step 3.
+        if let Some(t) = self.budget_ticks.as_mut() {
+            t.reconcile(&self.backend, to, false);
+            if !t.wait_started(TICK_START_LIMIT) {
+                tracing::warn!(
+                    "a budget tick did not start within {TICK_START_LIMIT:?}; reservations on its hart are ended by the scheduler tick until it does"
+                );
+            }
+        }
+        // 5. Reservations.
         let mut rephase = Vec::new();
         for (name, cl) in &to.cells {
             if cl.class == CellClass::Reserved {
@@ -181,7 +195,7 @@ impl Enforcer {
             }
         }
         fault_pause();
-        // 5. Cells that spin: spinners, and a 1 ns timer slack for their threads.
+        // 6. Cells that spin: spinners, and a 1 ns timer slack for their threads.
         self.spinners
             .start_wanted(b, to)
             .context("starting idle spinners")?;
@@ -189,7 +203,7 @@ impl Enforcer {
             crate::idle::set_timer_slack(b, name, 1, &self.spinners.pids(name));
         }
         fault_pause();
-        // 6. IRQs and kernel workers off dedicated harts.
+        // 7. IRQs and kernel workers off dedicated harts.
         let dedicated_changed = from.is_none_or(|f| f.dedicated != to.dedicated);
         if self.steer_irqs && dedicated_changed {
             let r = kernel::steer_off(&self.kernel, store, &to.dedicated, &self.all)
@@ -204,15 +218,15 @@ impl Enforcer {
         for c in &self.conflicts {
             tracing::warn!("{c}");
         }
-        // 7. Stray tasks out of the root (v1).
+        // 8. Stray tasks out of the root (v1).
         if from.is_none_or(|f| f.system != to.system || f.dedicated != to.dedicated) {
             b.sweep_into_system()
                 .context("moving tasks out of the cgroup root")?;
-        }
-        // 8. Budget ticks on the harts that now hold reservations (after the sweep, which may
-        // move tessd itself and reset its threads' pinning).
-        if let Some(t) = self.budget_ticks.as_mut() {
-            t.reconcile(&self.backend, to, false);
+            // The sweep may have moved tessd itself, and with it a tick's pinning: restart any
+            // tick that lost it now rather than at the next housekeeping.
+            if let Some(t) = self.budget_ticks.as_mut() {
+                t.reconcile(&self.backend, to, true);
+            }
         }
         Ok(rephase)
     }
