@@ -2,6 +2,7 @@
 
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A failed cgroup operation, e.g. "failed to write 2-3 to /sys/fs/cgroup/cpuset/tess/cells/audio
 /// /cpuset.cpus: invalid argument".
@@ -55,48 +56,94 @@ impl CgroupError {
     }
 }
 
-/// Control-file access. In `fake` mode (tests over a temporary directory) writes create missing
-/// files, standing in for the kernel's pre-made control files.
+/// What the backends ask of the kernel: its control files, and where a task last ran.
+///
+/// [`KernelFiles`] is the real thing; the backends' unit tests run over a model of cgroupfs in
+/// a temporary directory (`fs::model`, test builds only), so that production code has one path
+/// and no stand-in branches.
+pub trait Kernel: Send + Sync + std::fmt::Debug {
+    /// Writes `value` to the control file `path` in one `write(2)`.
+    fn write_file(&self, path: &Path, value: &str) -> std::io::Result<()>;
+    /// Reads a control file.
+    fn read_file(&self, path: &Path) -> std::io::Result<String>;
+    /// Creates a group directory (the kernel fills it with its control files).
+    fn make_dir(&self, path: &Path) -> std::io::Result<()>;
+    /// Removes an empty group directory (its control files go with it).
+    fn remove_dir(&self, path: &Path) -> std::io::Result<()>;
+    /// The hart task `pid` last ran on, if it exists.
+    fn last_hart(&self, pid: i32) -> Option<usize>;
+}
+
+/// The running kernel: `/sys/fs/cgroup` files and `/proc`.
 #[derive(Debug, Clone, Copy, Default)]
+pub struct KernelFiles;
+
+impl Kernel for KernelFiles {
+    fn write_file(&self, path: &Path, value: &str) -> std::io::Result<()> {
+        // Never O_CREAT: a control file the kernel did not make (a controller that is off)
+        // must fail as missing.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(value.as_bytes()))
+    }
+    fn read_file(&self, path: &Path) -> std::io::Result<String> {
+        tess_sched::proc::read_kernel_file(path)
+    }
+    fn make_dir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::create_dir(path)
+    }
+    fn remove_dir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::remove_dir(path)
+    }
+    fn last_hart(&self, pid: i32) -> Option<usize> {
+        tess_sched::proc::last_hart(pid)
+    }
+}
+
+/// Control-file access with errors that name the file and the value, over a [`Kernel`].
+#[derive(Debug, Clone)]
 pub struct Fs {
-    fake: bool,
+    kernel: Arc<dyn Kernel>,
+}
+
+impl Default for Fs {
+    fn default() -> Fs {
+        Fs::real()
+    }
 }
 
 impl Fs {
-    /// Access to a real cgroup filesystem.
+    /// Access to the running kernel's cgroup filesystems.
     pub fn real() -> Fs {
-        Fs { fake: false }
+        Fs::over(Arc::new(KernelFiles))
     }
 
-    /// Access to a directory standing in for one.
-    pub fn fake() -> Fs {
-        Fs { fake: true }
+    /// Access through `kernel` (the tests' model of cgroupfs).
+    pub fn over(kernel: Arc<dyn Kernel>) -> Fs {
+        Fs { kernel }
     }
 
-    /// Whether this is a stand-in.
-    pub fn is_fake(&self) -> bool {
-        self.fake
+    /// The hart task `pid` last ran on, if it exists.
+    pub fn last_hart(&self, pid: i32) -> Option<usize> {
+        self.kernel.last_hart(pid)
     }
 
     /// Writes `value` to `path` in one `write(2)`, as the kernel expects.
     pub fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
-        let res = std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(self.fake)
-            .create(self.fake)
-            .open(path)
-            .and_then(|mut f| f.write_all(value.as_bytes()));
-        res.map_err(|source| CgroupError::Write {
-            path: path.to_path_buf(),
-            value: value.to_string(),
-            source,
-        })
+        self.kernel
+            .write_file(path, value)
+            .map_err(|source| CgroupError::Write {
+                path: path.to_path_buf(),
+                value: value.to_string(),
+                source,
+            })
     }
 
     /// Writes only if the current content differs (after trimming); saves kernel work such as
     /// sched-domain rebuilds on no-op updates.
     pub fn write_if_changed(&self, path: &Path, value: &str) -> Result<bool, CgroupError> {
-        if let Ok(cur) = tess_sched::proc::read_kernel_file(path) {
+        if let Ok(cur) = self.kernel.read_file(path) {
             if cur.trim() == value.trim() {
                 return Ok(false);
             }
@@ -107,16 +154,18 @@ impl Fs {
 
     /// Reads a control file.
     pub fn read(&self, path: &Path) -> Result<String, CgroupError> {
-        tess_sched::proc::read_kernel_file(path).map_err(|source| CgroupError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
+        self.kernel
+            .read_file(path)
+            .map_err(|source| CgroupError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
     }
 
     /// Reads a list of ids (one per line), as in `tasks` and `cgroup.procs`. A missing file
     /// (group gone) reads as empty.
     pub fn read_ids(&self, path: &Path) -> Result<Vec<i32>, CgroupError> {
-        match tess_sched::proc::read_kernel_file(path) {
+        match self.kernel.read_file(path) {
             Ok(s) => Ok(s.lines().filter_map(|l| l.trim().parse().ok()).collect()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
             Err(source) => Err(CgroupError::Read {
@@ -128,7 +177,7 @@ impl Fs {
 
     /// Creates a group directory (no error if it exists).
     pub fn mkdir(&self, path: &Path) -> Result<bool, CgroupError> {
-        match std::fs::create_dir(path) {
+        match self.kernel.make_dir(path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
             Err(source) => Err(CgroupError::Dir {
@@ -139,15 +188,9 @@ impl Fs {
         }
     }
 
-    /// Removes an (empty) group directory; missing is fine. On a stand-in the files inside are
-    /// removed too (the kernel's control files vanish with the group).
+    /// Removes an (empty) group directory; missing is fine.
     pub fn rmdir(&self, path: &Path) -> Result<(), CgroupError> {
-        let res = if self.fake {
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_dir(path)
-        };
-        match res {
+        match self.kernel.remove_dir(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(source) => Err(CgroupError::Dir {
@@ -189,3 +232,6 @@ impl Fs {
         Ok(moved)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod model;

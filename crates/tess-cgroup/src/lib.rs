@@ -5,9 +5,10 @@
 //! controller has its own file under `v1/` and `v2/`, with its kernel file names as constants, so
 //! "where is `cpuset.cpus` written" has one answer per version.
 //!
-//! Every backend takes a root path, so that its logic can be tested against a temporary
-//! directory standing in for `/sys/fs/cgroup` ([`fs::Fs::fake`]); the real hierarchy is tested
-//! by the daemon's root tests.
+//! Every backend takes a root path and reaches the kernel through [`fs::Kernel`], so that its
+//! one production path is unit-tested against a model of cgroupfs in a temporary directory
+//! (`fs::model`: writes replace, tasks move between groups, busy groups stay); the real
+//! hierarchies are tested by the daemon's root tests and, for v2, in a VM (`scripts/test-vm`).
 #![warn(missing_docs)]
 
 pub mod detect;

@@ -236,6 +236,16 @@ impl Tessd {
         );
     }
 
+    /// Runs a copy of the built `tessd` from this daemon's directory (before [`Tessd::spawn`]);
+    /// returns the copy's path, which a test may then replace or delete under the running
+    /// daemon, as a package upgrade does.
+    pub fn run_from_copy(&mut self) -> PathBuf {
+        let copy = self.dir.path().join("tessd");
+        std::fs::copy(&self.tessd, &copy).expect("copying tessd");
+        self.tessd = copy.clone();
+        copy
+    }
+
     /// Gives the daemon a configuration file with `text` (tessd.toml syntax) before
     /// [`Tessd::spawn`].
     pub fn configure(&mut self, text: &str) {

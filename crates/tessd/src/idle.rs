@@ -11,6 +11,7 @@
 //! Spinners outlive the daemon like the cells do, and a restarted daemon adopts them.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tess_cgroup::Backend;
@@ -164,7 +165,10 @@ impl Spinners {
 
     /// Starts the missing spinners that `to` wants.
     pub fn start_wanted(&mut self, backend: &dyn Backend, to: &Layout) -> anyhow::Result<()> {
-        let exe = std::env::current_exe()?;
+        // This very binary, through the kernel's link to it: `current_exe()` names a path that
+        // is gone once the file is replaced (an upgrade, a rebuild while tessd runs), and a
+        // spinning cell then failed to start with "No such file or directory".
+        let exe = std::path::Path::new("/proc/self/exe");
         for (cell, harts) in wanted(to) {
             for h in harts.iter() {
                 let running = self
@@ -175,7 +179,8 @@ impl Spinners {
                 if running {
                     continue;
                 }
-                let child = Command::new(&exe)
+                let child = Command::new(exe)
+                    .arg0("tessd")
                     .args([SPIN_ARG, &h.to_string()])
                     .stdin(std::process::Stdio::null())
                     .stdout(std::process::Stdio::null())

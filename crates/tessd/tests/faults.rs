@@ -218,3 +218,66 @@ fn a_full_disk_refuses_the_change_clearly_and_rolls_the_kernel_back() {
     drop(d);
     drop(mnt);
 }
+
+/// Pids of tessd's idle spinners (`tessd __spin-idle HART`) that are children of `parent`.
+fn spinners_of(parent: u32) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The parent pid is the second field after the command in parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if args.get(1) == Some(&&b"__spin-idle"[..]) && ppid == Some(parent) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn a_daemon_whose_binary_was_replaced_still_starts_spinners() {
+    // An upgrade replaces the binary under a running daemon. tessd starts a spinning cell's
+    // spinners from its own executable; by the path it was started from, that failed with "No
+    // such file or directory" once the file was gone.
+    let mut d = Tessd::new();
+    let exe = d.run_from_copy();
+    d.spawn();
+    let pid = d.pid().unwrap();
+    std::fs::remove_file(&exe).unwrap();
+    std::fs::write(&exe, b"#!/bin/false\n").unwrap();
+    let hart = tess_testkit::online_harts()
+        .iter()
+        .last()
+        .unwrap()
+        .to_string();
+    d.tess_ok(&[
+        "cell",
+        "create",
+        "spin",
+        "--policy",
+        "dedicated",
+        "--hart-ids",
+        &hart,
+        "--idle",
+        "spin",
+    ]);
+    let t0 = Instant::now();
+    while spinners_of(pid).is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(spinners_of(pid).len(), 1, "{}", d.log());
+    d.tess_ok(&["cell", "delete", "spin"]);
+    let t0 = Instant::now();
+    while !spinners_of(pid).is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(spinners_of(pid).is_empty(), "the spinner outlived its cell");
+}

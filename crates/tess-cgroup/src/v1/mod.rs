@@ -100,8 +100,7 @@ impl V1 {
     /// Creates a cpuset group with load balancing off (before it gets any harts, so that it never
     /// forms a domain of its own), memory nodes, and `cpus`.
     fn ensure_cpuset(&self, dir: &Path, cpus: &HartSet, balance: bool) -> Result<()> {
-        let created = self.fs.mkdir(dir)?;
-        if created || self.fs.is_fake() {
+        if self.fs.mkdir(dir)? {
             cpuset::set_load_balance(&self.fs, dir, false)?;
             cpuset::set_mems(&self.fs, dir, &self.mems())?;
         }
@@ -121,7 +120,7 @@ impl V1 {
         }
         for _ in 0..3 {
             self.fs.move_all(&dir.join(PROCS), &to.join(PROCS))?;
-            if self.fs.is_fake() || self.fs.read_ids(&dir.join(TASKS))?.is_empty() {
+            if self.fs.read_ids(&dir.join(TASKS))?.is_empty() {
                 break;
             }
         }
@@ -387,8 +386,7 @@ impl Backend for V1 {
             if inside.contains(&pid) {
                 continue;
             }
-            let on_cell = self.fs.is_fake()
-                || tess_sched::proc::last_hart(pid).is_some_and(|h| cpus.contains(h));
+            let on_cell = self.fs.last_hart(pid).is_some_and(|h| cpus.contains(h));
             if on_cell
                 && self
                     .fs

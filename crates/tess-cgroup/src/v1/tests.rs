@@ -11,6 +11,7 @@ struct Fake {
     _dir: tempfile::TempDir,
     root: PathBuf,
     backend: V1,
+    kernel: std::sync::Arc<crate::fs::model::Model>,
 }
 
 fn fake() -> Fake {
@@ -27,11 +28,18 @@ fn fake() -> Fake {
         memory: Some(root.join("memory")),
         pids: Some(root.join("pids")),
     };
-    let backend = V1::new(paths, "tess", Fs::fake());
+    let kernel = std::sync::Arc::new(crate::fs::model::Model::v1(&[
+        paths.cpuset.clone(),
+        paths.cpu.clone(),
+        root.join("memory"),
+        root.join("pids"),
+    ]));
+    let backend = V1::new(paths, "tess", Fs::over(kernel.clone()));
     Fake {
         _dir: dir,
         root,
         backend,
+        kernel,
     }
 }
 
@@ -153,6 +161,15 @@ fn attach_remove_and_sweep() {
         !f.root.join("cpu/tess/cells/batch/cgroup.procs").exists(),
         "the cpu group waits"
     );
+    // Until the process has run on one of the cell's harts.
+    f.kernel.set_last_hart(4242, 3);
+    assert_eq!(
+        f.backend
+            .complete_attach("batch", &"0-1".parse().unwrap())
+            .unwrap(),
+        0
+    );
+    f.kernel.set_last_hart(4242, 1);
     assert_eq!(
         f.backend
             .complete_attach("batch", &"0-1".parse().unwrap())

@@ -42,18 +42,13 @@ pub fn set_cpus(fs: &Fs, dir: &Path, cpus: &HartSet) -> Result<()> {
 pub fn set_partition(fs: &Fs, dir: &Path, p: Partition) -> Result<()> {
     let path = dir.join(PARTITION);
     fs.write_if_changed(&path, p.as_str())?;
-    if !fs.is_fake() {
-        let now = fs.read(&path)?;
-        if now.contains("invalid") {
-            return Err(crate::CgroupError::Write {
-                path,
-                value: p.as_str().into(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    now.trim().to_string(),
-                ),
-            });
-        }
+    let now = fs.read(&path)?;
+    if now.contains("invalid") {
+        return Err(crate::CgroupError::Write {
+            path,
+            value: p.as_str().into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, now.trim().to_string()),
+        });
     }
     Ok(())
 }

@@ -64,7 +64,7 @@ fn et() -> Policy {
 #[test]
 fn dedicated_and_reserved_harts_are_partitions_beside_the_group() {
     let dir = tempfile::tempdir().unwrap();
-    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
+    let b = V2::new(dir.path().to_path_buf(), "tess", model_fs(dir.path()));
     apply(
         &b,
         &cluster(&[("synth", Policy::Dedicated, "3"), ("ctl", et(), "2")]),
@@ -100,7 +100,7 @@ fn dedicated_and_reserved_harts_are_partitions_beside_the_group() {
 #[test]
 fn last_component_stays_in_the_root_when_no_pool_is_left() {
     let dir = tempfile::tempdir().unwrap();
-    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
+    let b = V2::new(dir.path().to_path_buf(), "tess", model_fs(dir.path()));
     apply(
         &b,
         &cluster(&[("synth", Policy::Dedicated, "1"), ("ctl", et(), "0")]),
@@ -121,7 +121,7 @@ fn last_component_stays_in_the_root_when_no_pool_is_left() {
 #[test]
 fn cells_follow_their_partition_and_keep_their_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::fake());
+    let b = V2::new(dir.path().to_path_buf(), "tess", model_fs(dir.path()));
     apply(
         &b,
         &cluster(&[("ctl", Policy::BestEffort { weight: 50 }, "2")]),
@@ -150,4 +150,8 @@ fn cells_follow_their_partition_and_keep_their_processes() {
     assert!(!r.join("tess/cells/ctl").exists());
     b.teardown().unwrap();
     assert!(!r.join("tess").exists());
+}
+
+fn model_fs(root: &std::path::Path) -> Fs {
+    Fs::over(std::sync::Arc::new(crate::fs::model::Model::v2(root)))
 }
