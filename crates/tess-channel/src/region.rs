@@ -30,6 +30,25 @@
 
 use crate::sync::Ordering;
 
+/// Whether this CPU has `CLDEMOTE` (CPUID leaf 7, ECX bit 25); asked once.
+pub(crate) fn has_cldemote() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0: not asked yet, 1: no, 2: yes.
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    match KNOWN.load(Ordering::Relaxed) {
+        0 => {
+            // Leaf 7 is absent on old CPUs, where it reads as zeros: no CLDEMOTE.
+            #[cfg(target_arch = "x86_64")]
+            let yes = std::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 25) != 0;
+            #[cfg(not(target_arch = "x86_64"))]
+            let yes = false;
+            KNOWN.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+        k => k == 2,
+    }
+}
+
 #[cfg(not(loom))]
 pub(crate) use real::Region;
 

@@ -213,10 +213,14 @@ impl RingRef {
     }
 
     /// Moves the lines holding `[from, to)` towards the shared cache (`CLDEMOTE`), so the
-    /// consumer's misses are served from there instead of by a cross-core snoop.
+    /// consumer's misses are served from there instead of by a cross-core snoop. A CPU without
+    /// the instruction (AMD's, Intel's before Sapphire Rapids) runs it as a no-op, so the loop
+    /// is skipped there.
     #[inline(always)]
     fn demote(&self, from: u64, to: u64) {
-        self.for_each_line(from, to, |off| self.region.demote_line(off));
+        if crate::region::has_cldemote() {
+            self.for_each_line(from, to, |off| self.region.demote_line(off));
+        }
     }
 
     /// Fetches the lines holding `[from, to)` for writing (`PREFETCHW`), so writing them later

@@ -77,6 +77,65 @@ pub(crate) fn flag_rtt(o: &BenchOptions, samples: usize) -> anyhow::Result<Vec<u
     Ok(out)
 }
 
+/// Bare payload ping-pong: the least a round trip of `size` bytes costs between the two harts,
+/// with no ring. Each side owns a flag on its own 128-byte slot and a buffer; the measuring side
+/// copies the message into its buffer and raises its flag; the peer, seeing it, copies that
+/// buffer into its own (one copy, as the channel's echo copies ring to ring) and raises its
+/// flag; the measuring side copies the answer out. The same copies and the same line traffic a
+/// channel round trip needs at the least: the flag ping-pong plus the payload's lines.
+pub(crate) fn payload_rtt(
+    o: &BenchOptions,
+    samples: usize,
+    size: usize,
+) -> anyhow::Result<Vec<u64>> {
+    const BUF: usize = 4544; // room for the largest message (4480), a whole number of lines
+    const A: usize = 256;
+    const B: usize = A + BUF;
+    assert!(size <= BUF);
+    let page = SharedPage::with_len(B + BUF)?;
+    let (ping, pong) = (page.word(0), page.word(128));
+    let (buf_a, buf_b) = (page.bytes(A, BUF), page.bytes(B, BUF));
+    let total = (o.warmup + samples) as u64;
+    let mut child = spawn_pinned(o.child_hart, || {
+        for i in 1..=total {
+            if !spin_for(ping, i, || true) {
+                return 1;
+            }
+            // SAFETY: both buffers lie in the live mapping (`bytes` checked); the peer wrote
+            // buf_a before raising `ping` (Release, seen with Acquire) and does not touch either
+            // buffer until `pong` is raised.
+            unsafe { std::ptr::copy_nonoverlapping(buf_a, buf_b, size) };
+            pong.store(i, Ordering::Release);
+        }
+        0
+    })?;
+    let msg = vec![0x3cu8; size];
+    let mut back = vec![0u8; size];
+    let mut out = Vec::with_capacity(samples);
+    for i in 1..=total {
+        let t0 = now_ns();
+        // SAFETY: buf_a is ours until `ping` is raised; the peer reads it only after.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), buf_a, size) };
+        ping.store(i, Ordering::Release);
+        let mut how = None;
+        if !spin_for(pong, i, || {
+            how = child.exited();
+            how.is_none()
+        }) {
+            return Err(stalled("payload ping-pong", how));
+        }
+        // SAFETY: the peer wrote buf_b before raising `pong` and leaves it until the next ping.
+        unsafe { std::ptr::copy_nonoverlapping(buf_b, back.as_mut_ptr(), size) };
+        std::hint::black_box(&back);
+        let dt = now_ns() - t0;
+        if i > o.warmup as u64 {
+            out.push(dt);
+        }
+    }
+    child.wait("payload ping-pong")?;
+    Ok(out)
+}
+
 fn futex_word(page: &SharedPage, off: usize) -> &AtomicU32 {
     // SAFETY: `word` checks that 8 bytes at `off` are in bounds and 8-aligned, so their first
     // 4 bytes are an in-bounds, aligned u32; both sides use only this u32 view of the slot.

@@ -3,7 +3,8 @@
 //!
 //! Layout: this process runs the measuring side on a thread pinned to
 //! [`BenchOptions::parent_hart`]; for each phase it forks a peer pinned to
-//! [`BenchOptions::child_hart`]. Phases: bare flag ping-pong (the hardware floor), raw futex
+//! [`BenchOptions::child_hart`]. Phases: bare flag ping-pong (the hardware floor), the flag ping-pong with the payload
+//! (the floor of each size), raw futex
 //! ping-pongs, Unix socket pair and pipe at every size (blocking, and non-blocking with
 //! spinning reads), channel busy-poll and blocking round trips at every size, a channel
 //! adaptive round trip at 512 bytes, one-way channel throughput at every size, and single-core
@@ -21,7 +22,8 @@
 //! announced it sleeps (the channel's own protocol), so neither side makes a system call that
 //! the other does not; the always-waking variant is kept as an extra figure.
 //!
-//! Figures (issue 3, issue 11): `rtt_busy_median_ns_SIZE`, `rtt_busy_p999_ns_SIZE`,
+//! Figures (issue 3, issue 11): `rtt_busy_median_ns_SIZE`, `payload_rtt_median_ns_SIZE` (the
+//! flag ping-pong that also moves SIZE bytes each way: the hardware floor of that size), `rtt_busy_p999_ns_SIZE`,
 //! `rtt_busy_mean_ns_SIZE`, `rtt_block_median_ns_SIZE`, `flag_rtt_median_ns`,
 //! `futex_rtt_median_ns` (wakes only a waiting peer), `futex_always_wake_rtt_median_ns`,
 //! `uds_rtt_median_ns_SIZE`, `pipe_rtt_median_ns_SIZE` (blocking), `uds_poll_rtt_median_ns_SIZE`,
@@ -192,6 +194,16 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
         linux.push((size, per[0], per[1]));
     }
 
+    // The hardware floor of each size: a flag ping-pong that also moves the payload.
+    let mut payload = Vec::new();
+    for &size in &o.sizes {
+        payload.push(Summary::of_ns(&baselines::payload_rtt(
+            o,
+            o.rtt_samples,
+            size,
+        )?));
+    }
+
     // Channel round trips.
     let busy = channel::rtt(o, &o.sizes, o.rtt_samples, Wait::BusyPoll)?;
     let block = channel::rtt(o, &o.sizes, o.block_samples, Wait::Sleep)?;
@@ -199,11 +211,21 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
 
     let mut t = Table::new(
         "round trip, busy-poll (ns)",
-        &["size", "median", "p99", "p99.9", "max", "median / flag"],
+        &[
+            "size",
+            "median",
+            "p99",
+            "p99.9",
+            "max",
+            "median / flag",
+            "payload floor",
+            "median / payload floor",
+        ],
     );
     let mut busy_by_size = Vec::new();
-    for (&size, samples) in o.sizes.iter().zip(&busy) {
+    for ((&size, samples), floor) in o.sizes.iter().zip(&busy).zip(&payload) {
         let s = Summary::of_ns(samples);
+        r.figure(format!("payload_rtt_median_ns_{size}"), floor.median);
         r.figure(format!("rtt_busy_median_ns_{size}"), s.median);
         r.figure(format!("rtt_busy_mean_ns_{size}"), s.mean);
         r.figure(format!("rtt_busy_p99_ns_{size}"), s.p99);
@@ -216,6 +238,8 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
             ns(s.p999),
             ns(s.max),
             format!("{:.2}", s.median / flag.median),
+            ns(floor.median),
+            format!("{:.2}", s.median / floor.median),
         ]);
         busy_by_size.push((size, s));
     }
@@ -414,6 +438,13 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
          against it (the strict reading). memcpy_64mib_bytes_per_s: the same into 64 MiB",
         o.tput_capacity / 1024
     ));
+    r.note(
+        "payload floor: the flag ping-pong that also moves the message, with no ring: the \
+         measuring side copies it into a shared buffer and raises its flag, the peer copies that \
+         buffer into its own and raises its flag, the measuring side copies the answer out (the \
+         channel round trip's copies and line traffic at the least; the flag floor moves one line \
+         each way, a 512-byte message nine)",
+    );
     r.note(
         "flag baseline: each side owns a flag on its own 128-byte slot and spins on the \
          other's; futex baseline: the waiter announces itself on a sleep word, re-checks, \

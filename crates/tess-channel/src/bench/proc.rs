@@ -108,21 +108,29 @@ impl Drop for Child {
     }
 }
 
-/// An anonymous shared page (survives fork shared), for the flag and futex baselines.
+/// An anonymous shared mapping (survives fork shared), for the flag, payload and futex
+/// baselines.
 #[derive(Debug)]
 pub(crate) struct SharedPage {
     base: *mut u8,
+    len: usize,
 }
 
 pub(crate) const PAGE_LEN: usize = 4096;
 
 impl SharedPage {
+    /// One page.
     pub(crate) fn new() -> anyhow::Result<SharedPage> {
+        SharedPage::with_len(PAGE_LEN)
+    }
+
+    /// `len` bytes (rounded up to whole pages by the kernel).
+    pub(crate) fn with_len(len: usize) -> anyhow::Result<SharedPage> {
         // SAFETY: an anonymous shared mapping at an address of the kernel's choosing.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                PAGE_LEN,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
                 -1,
@@ -132,21 +140,32 @@ impl SharedPage {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("mmap of a shared page");
         }
-        Ok(SharedPage { base: p.cast() })
+        Ok(SharedPage {
+            base: p.cast(),
+            len,
+        })
     }
 
-    /// The 8-byte word at `off` (a multiple of 8 below the page size).
+    /// The 8-byte word at `off` (a multiple of 8 within the mapping).
     pub(crate) fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= PAGE_LEN);
+        assert!(off % 8 == 0 && off + 8 <= self.len);
         // SAFETY: in bounds and aligned (asserted); the page is zero-initialised, mapped for
         // the life of `self`, and any bit pattern is a valid AtomicU64.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    /// The address of the `len` bytes at `off` (asserted to lie within the mapping). Callers
+    /// copy through it only while a flag protocol gives their side those bytes.
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> *mut u8 {
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (asserted) of our live mapping.
+        unsafe { self.base.add(off) }
     }
 }
 
 impl Drop for SharedPage {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping.
-        unsafe { libc::munmap(self.base.cast(), PAGE_LEN) };
+        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
