@@ -178,7 +178,10 @@ pub struct Tessd {
     pub env: Vec<(String, String)>,
     /// Configuration file given with `--config` (see [`Tessd::configure`]).
     config: Option<PathBuf>,
+    /// The binary the daemon runs (a copy after [`Tessd::run_from_copy`]).
     tessd: PathBuf,
+    /// The built binary, which resets the daemon's state whatever became of the copy.
+    built_tessd: PathBuf,
     child: Option<Child>,
     // Dropped last (fields drop in declaration order after `Drop::drop`): the reset runs
     // while the lock is still held.
@@ -208,6 +211,7 @@ impl Tessd {
             dir,
             env: Vec::new(),
             config: None,
+            built_tessd: tessd.clone(),
             tessd,
             child: None,
             _lock: lock,
@@ -238,7 +242,7 @@ impl Tessd {
 
     /// Runs a copy of the built `tessd` from this daemon's directory (before [`Tessd::spawn`]);
     /// returns the copy's path, which a test may then replace or delete under the running
-    /// daemon, as a package upgrade does.
+    /// daemon, as a package upgrade does. The reset at drop still uses the built binary.
     pub fn run_from_copy(&mut self) -> PathBuf {
         let copy = self.dir.path().join("tessd");
         std::fs::copy(&self.tessd, &copy).expect("copying tessd");
@@ -397,12 +401,28 @@ impl Default for Tessd {
 impl Drop for Tessd {
     fn drop(&mut self) {
         self.kill9();
-        let _ = Command::new(&self.tessd)
+        // A reset that fails leaves the daemon's cgroups behind, with every task its sweep
+        // moved into its system group: later daemons then find hart domains they cannot
+        // split, and their reservations are refused. Say so loudly (a drop cannot fail).
+        let reset = Command::new(&self.built_tessd)
             .args(self.args())
             .arg("--reset")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+            .stderr(Stdio::piped())
+            .output();
+        match reset {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "tess-testkit: resetting tessd group {} failed ({}): {}",
+                self.group,
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => eprintln!(
+                "tess-testkit: resetting tessd group {} failed: {e}",
+                self.group
+            ),
+        }
     }
 }
 
