@@ -231,7 +231,39 @@ impl Fs {
         }
         Ok(moved)
     }
+
+    /// Removes group `dir` after moving its processes to `to_procs` (a `cgroup.procs`),
+    /// retrying for up to [`EVACUATE_LIMIT`] while the kernel says the group is busy: a process
+    /// that forks between the move and the removal (a browser shutting down its helpers) puts
+    /// its child where the parent was, and a task that is exiting keeps the group populated
+    /// until it has left. A group that is gone already is not an error.
+    pub fn evacuate_and_rmdir(&self, dir: &Path, to_procs: &Path) -> Result<(), CgroupError> {
+        let started = std::time::Instant::now();
+        loop {
+            self.move_all(&dir.join("cgroup.procs"), to_procs)?;
+            match self.kernel.remove_dir(dir) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && started.elapsed() < EVACUATE_LIMIT =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(source) => {
+                    return Err(CgroupError::Dir {
+                        op: "remove",
+                        path: dir.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
 }
+
+/// How long [`Fs::evacuate_and_rmdir`] keeps moving tasks out of a busy group.
+pub const EVACUATE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[cfg(test)]
 pub(crate) mod model;

@@ -5,10 +5,13 @@
 //! controller has its own file under `v1/` and `v2/`, with its kernel file names as constants, so
 //! "where is `cpuset.cpus` written" has one answer per version.
 //!
-//! Every backend takes a root path and reaches the kernel through [`fs::Kernel`], so that its
-//! one production path is unit-tested against a model of cgroupfs in a temporary directory
-//! (`fs::model`: writes replace, tasks move between groups, busy groups stay); the real
-//! hierarchies are tested by the daemon's root tests and, for v2, in a VM (`scripts/test-vm`).
+//! Every backend takes a root path and writes, reads, creates and removes groups through
+//! [`fs::Kernel`], so that its one production path is unit-tested against a model of cgroupfs
+//! in a temporary directory (`fs::model`: the kernel's control files and defaults, tasks that
+//! move between groups, busy groups that stay, controllers enabled per subtree, invalid
+//! partitions). Directory listings and existence checks read the filesystem directly: the
+//! model is a real directory tree. The real hierarchies are tested by the daemon's root tests
+//! and, for v2, in a VM (`scripts/test-vm`).
 #![warn(missing_docs)]
 
 pub mod detect;

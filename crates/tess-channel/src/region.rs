@@ -37,9 +37,16 @@ pub(crate) fn has_cldemote() -> bool {
     static KNOWN: AtomicU8 = AtomicU8::new(0);
     match KNOWN.load(Ordering::Relaxed) {
         0 => {
-            // Leaf 7 is absent on old CPUs, where it reads as zeros: no CLDEMOTE.
+            // Leaf 7 only where the CPU has it (above its highest leaf, Intel's CPUID answers
+            // with that leaf's data, not zeros).
             #[cfg(target_arch = "x86_64")]
-            let yes = std::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 25) != 0;
+            // SAFETY: CPUID exists on every x86-64 CPU (older Rust declares the intrinsics
+            // `unsafe` because of 32-bit x86); leaf 7 is read only where the CPU has it.
+            #[allow(unused_unsafe)]
+            let yes = unsafe {
+                use std::arch::x86_64::{__cpuid_count, __get_cpuid_max};
+                __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).ecx & (1 << 25) != 0
+            };
             #[cfg(not(target_arch = "x86_64"))]
             let yes = false;
             KNOWN.store(if yes { 2 } else { 1 }, Ordering::Relaxed);

@@ -74,6 +74,21 @@ pub enum NetnsError {
     /// The name is unusable for interface names (at most 13 characters, `[A-Za-z0-9_-]`).
     #[error("network namespace name {0:?} must be 1-13 characters of [A-Za-z0-9_-]")]
     Name(String),
+    /// Another interface of the root namespace already routes one of the pair's two /24s (a
+    /// pair of another name, or a leftover of a killed run).
+    #[error(
+        "{net}/24 is already routed through interface {iface} (another cable, or one a killed \
+         run left behind: `ip link del {iface}` removes it)"
+    )]
+    PrefixInUse {
+        /// The network, `a.b.c.0`.
+        net: Ipv4Addr,
+        /// The interface that routes it.
+        iface: String,
+    },
+    /// Every candidate prefix is in use.
+    #[error("no free 10.213.x.0/24 pair for a cable: {0}")]
+    NoFreePrefix(Box<NetnsError>),
     /// `setns` failed.
     #[error("cannot enter network namespace {path}: {source}")]
     Enter {
@@ -185,6 +200,14 @@ impl NetnsPair {
             device_addr: Ipv4Addr::new(inner[0], inner[1], inner[2], 2),
         };
         pair.remove();
+        for net in [prefix, inner] {
+            if let Some(iface) = route_through(net) {
+                return Err(NetnsError::PrefixInUse {
+                    net: Ipv4Addr::new(net[0], net[1], net[2], 0),
+                    iface,
+                });
+            }
+        }
         let wire_near_host = Ipv4Addr::new(prefix[0], prefix[1], prefix[2], 2);
         let host_cidr = format!("{}/30", pair.host_addr);
         let wire_host_cidr = format!("{wire_near_host}/30");
@@ -270,6 +293,27 @@ impl NetnsPair {
         Ok(pair)
     }
 
+    /// [`create`](Self::create) on the first prefix from [`DEFAULT_PREFIX`] up (`10.213.77`,
+    /// `10.213.79`, ...: a pair takes two /24s) that nothing in the root namespace routes yet,
+    /// so that cables of different names, and a leftover of a killed run, do not collide. Two
+    /// creators racing for one prefix: the loser's `ip` fails with "File exists" and it moves on.
+    pub fn create_on_free_prefix(name: &str) -> Result<NetnsPair, NetnsError> {
+        let [a, b, first] = DEFAULT_PREFIX;
+        let mut last = None;
+        for c in (first..=253).step_by(2) {
+            match NetnsPair::create(name, [a, b, c]) {
+                Err(e @ NetnsError::PrefixInUse { .. }) => last = Some(e),
+                Err(NetnsError::Ip { args, stderr }) if stderr.contains("File exists") => {
+                    last = Some(NetnsError::Ip { args, stderr })
+                }
+                other => return other,
+            }
+        }
+        Err(NetnsError::NoFreePrefix(Box::new(
+            last.expect("at least one prefix tried"),
+        )))
+    }
+
     /// Runs the wire's receive processing of what the device sends (the device-facing
     /// interface's receive queues) on `harts` with RPS (`rps_cpus`): the forwarding, the cable's
     /// queue and its timer then run there, as a network adapter's interrupt steered to the
@@ -329,6 +373,34 @@ impl Drop for NetnsPair {
     }
 }
 
+/// The interface of the root namespace whose route covers any address of `net.0/24`, if one
+/// does (read from `/proc/net/route`: destination and mask in hexadecimal, in network byte
+/// order read as a native integer). Unreadable (no procfs): none, and `ip` reports any clash.
+fn route_through(net: [u8; 3]) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/route").ok()?;
+    routes_covering(&table, net)
+}
+
+/// [`route_through`] over the text of a `/proc/net/route`.
+fn routes_covering(table: &str, net: [u8; 3]) -> Option<String> {
+    let ours = u32::from_be_bytes([net[0], net[1], net[2], 0]);
+    let ours_mask = 0xffff_ff00u32;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (iface, dest, mask) = (f.first()?, f.get(1)?, f.get(7)?);
+        // The file prints the kernel's network-order words as host-order integers.
+        let word = |hex: &str| {
+            u32::from_str_radix(hex, 16)
+                .ok()
+                .map(|w| u32::from_be_bytes(w.to_ne_bytes()))
+        };
+        let (dest, mask) = (word(dest)?, word(mask)?);
+        // Default routes (mask 0) cover everything and are not a collision.
+        let overlap = mask != 0 && (dest & mask & ours_mask) == (ours & mask & ours_mask);
+        overlap.then(|| iface.to_string())
+    })
+}
+
 /// Where the emulator runs relative to the synthesizer.
 #[derive(Debug)]
 pub enum Link {
@@ -341,7 +413,7 @@ pub enum Link {
 impl Link {
     /// A veth pair in namespace `name` if it can be made, else loopback (with the reason).
     pub fn veth_or_loopback(name: &str) -> (Link, Option<NetnsError>) {
-        match NetnsPair::create(name, DEFAULT_PREFIX) {
+        match NetnsPair::create_on_free_prefix(name) {
             Ok(p) => (Link::Veth(p), None),
             Err(e) => (Link::Loopback, Some(e)),
         }
@@ -399,6 +471,46 @@ pub fn enter(name: &str) -> Result<(), NetnsError> {
 mod tests {
     use super::*;
     use crate::net::{Endpoint, Peer, Wait};
+
+    #[test]
+    fn a_route_covering_either_half_of_a_prefix_is_a_collision() {
+        // x86's /proc/net/route: 10.213.77.0/30 on tess-netb-h, 10.213.78.0/30 via it, a
+        // default route via 10.0.0.1 on eth0.
+        let word = |b: [u8; 4]| format!("{:08X}", u32::from_ne_bytes(b));
+        let line = |iface: &str, dest: [u8; 4], mask: [u8; 4]| {
+            format!(
+                "{iface}\t{}\t00000000\t0001\t0\t0\t0\t{}\t0\t0\t0",
+                word(dest),
+                word(mask)
+            )
+        };
+        let table = [
+            "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT"
+                .to_string(),
+            line("eth0", [0, 0, 0, 0], [0, 0, 0, 0]),
+            line("tess-netb-h", [10, 213, 77, 0], [255, 255, 255, 252]),
+            line("tess-netb-h", [10, 213, 78, 0], [255, 255, 255, 252]),
+        ]
+        .join("\n");
+        assert_eq!(
+            routes_covering(&table, [10, 213, 77]).as_deref(),
+            Some("tess-netb-h")
+        );
+        assert_eq!(
+            routes_covering(&table, [10, 213, 78]).as_deref(),
+            Some("tess-netb-h")
+        );
+        assert_eq!(routes_covering(&table, [10, 213, 79]), None);
+        // A wider route (10.213.0.0/16) covers every /24 inside it.
+        let wide = format!(
+            "{table}\n{}",
+            line("br0", [10, 213, 0, 0], [255, 255, 0, 0])
+        );
+        assert_eq!(
+            routes_covering(&wide, [10, 213, 79]).as_deref(),
+            Some("br0")
+        );
+    }
 
     #[test]
     fn bad_names_are_refused_before_running_ip() {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 use tess_music::emulator::{Pace, DEFAULT_LINK_LEAD};
 use tess_music::net::Wait;
-use tess_music::netns::{NetnsPair, DEFAULT_PREFIX};
+use tess_music::netns::{NetnsError, NetnsPair};
 use tess_music::scenario::{
     self, EmulatorPlacement, Interference, PlainLauncher, RunEnv, ScenarioSpec, SynthPlacement,
 };
@@ -77,7 +77,7 @@ fn the_cable_paces_taps_and_carries_answers_back() {
     );
     assert_eq!(r.device_us.len() as u64, r.device.answered);
     // The namespaces go with the pair: a new pair of the same name can be made at once.
-    let again = NetnsPair::create("tmcable", DEFAULT_PREFIX).unwrap();
+    let again = NetnsPair::create_on_free_prefix("tmcable").unwrap();
     assert!(std::path::Path::new("/var/run/netns/tmcable-w").exists());
     drop(again);
     assert!(!std::path::Path::new("/var/run/netns/tmcable-w").exists());
@@ -88,7 +88,7 @@ fn the_cable_paces_taps_and_carries_answers_back() {
 fn a_tap_sees_only_stamped_input_packets_leaving() {
     use tess_music::net::{Endpoint, Peer, WireTap};
     use tess_music::slabs::{self, PadSample, FRAMES_PER_PACKET, INPUT_PACKET_BYTES, PADS};
-    let pair = NetnsPair::create("tmtap", [10, 213, 91]).unwrap();
+    let pair = NetnsPair::create_on_free_prefix("tmtap").unwrap();
     let host = Endpoint::bind((pair.host_addr, 0).into()).unwrap();
     let to_host = Peer::from_socket_addr(host.local_addr());
     let (wire, wire_if, device) = (
@@ -129,4 +129,24 @@ fn a_tap_sees_only_stamped_input_packets_leaving() {
     let mut buf = [0u8; 2048];
     let got = host.recv(&mut buf, Wait::Block).unwrap().expect("a packet");
     assert_eq!(got.len, INPUT_PACKET_BYTES);
+}
+
+#[test]
+#[ignore = "needs root: network namespaces"]
+fn cables_of_different_names_take_different_prefixes() {
+    // Whatever else holds 10.213.77 (a leftover of a killed run, another test's cable), the
+    // first cable takes a free prefix, and a second cable the next one.
+    let first = NetnsPair::create_on_free_prefix("tmpfx1").unwrap();
+    let second = NetnsPair::create_on_free_prefix("tmpfx2").unwrap();
+    assert_ne!(first.host_addr, second.host_addr);
+    assert_ne!(first.device_addr, second.device_addr);
+    // Asking for the first cable's prefix by name is refused with the interface that holds it.
+    let [a, b, c, _] = first.host_addr.octets();
+    match NetnsPair::create("tmpfx3", [a, b, c]) {
+        Err(e @ NetnsError::PrefixInUse { .. }) => {
+            assert!(e.to_string().contains(&first.host_if), "{e}")
+        }
+        other => panic!("expected PrefixInUse, got {other:?}"),
+    }
+    assert!(!std::path::Path::new("/var/run/netns/tmpfx3").exists());
 }

@@ -244,6 +244,7 @@ impl Tessd {
     /// returns the copy's path, which a test may then replace or delete under the running
     /// daemon, as a package upgrade does. The reset at drop still uses the built binary.
     pub fn run_from_copy(&mut self) -> PathBuf {
+        assert!(self.child.is_none(), "run_from_copy comes before spawn");
         let copy = self.dir.path().join("tessd");
         std::fs::copy(&self.tessd, &copy).expect("copying tessd");
         self.tessd = copy.clone();
@@ -403,25 +404,33 @@ impl Drop for Tessd {
         self.kill9();
         // A reset that fails leaves the daemon's cgroups behind, with every task its sweep
         // moved into its system group: later daemons then find hart domains they cannot
-        // split, and their reservations are refused. Say so loudly (a drop cannot fail).
+        // split, and their reservations are refused. So the test that leaked fails here, and
+        // the report goes to stderr directly (the test harness captures `eprintln!`).
         let reset = Command::new(&self.built_tessd)
             .args(self.args())
             .arg("--reset")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .output();
-        match reset {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "tess-testkit: resetting tessd group {} failed ({}): {}",
-                self.group,
+        let failure = match reset {
+            Ok(o) if o.status.success() => return,
+            Ok(o) => format!(
+                "{}: {}",
                 o.status,
                 String::from_utf8_lossy(&o.stderr).trim()
             ),
-            Err(e) => eprintln!(
-                "tess-testkit: resetting tessd group {} failed: {e}",
-                self.group
-            ),
+            Err(e) => e.to_string(),
+        };
+        let report = format!(
+            "tess-testkit: resetting tessd group {} failed ({failure}); \
+             reset it with `tessd {} --reset`\n",
+            self.group,
+            self.args().join(" ")
+        );
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(report.as_bytes());
+        if !std::thread::panicking() {
+            panic!("{report}");
         }
     }
 }

@@ -171,18 +171,30 @@ impl Enforcer {
                 .with_context(|| format!("configuring cell {name}"))?;
         }
         fault_pause();
-        // 4. Budget ticks on the harts that now hold reservations, running before any thread is
-        // promoted there: a reservation on a hart without its tick overruns its budget by up to
-        // a scheduler tick (crate::budget_tick). The root domains they join exist since step 3.
+        // 4. Stray tasks out of the root (v1), tessd among them at start-up. Before the ticks
+        // join their domains: on v1 a process written to `cgroup.procs` takes all its threads
+        // along, so sweeping tessd after its ticks had joined them would pull them back out.
+        if from.is_none_or(|f| f.system != to.system || f.dedicated != to.dedicated) {
+            b.sweep_into_system()
+                .context("moving tasks out of the cgroup root")?;
+        }
+        fault_pause();
+        // 5. Budget ticks on the harts that now hold reservations (a tick that lost its domain
+        // or policy is restarted), running before any thread is promoted there: a reservation
+        // on a hart without its tick overruns its budget by up to a scheduler tick
+        // (crate::budget_tick). The root domains they join exist since step 3.
         if let Some(t) = self.budget_ticks.as_mut() {
-            t.reconcile(&self.backend, to, false);
-            if !t.wait_started(TICK_START_LIMIT) {
+            t.reconcile(&self.backend, to, true);
+            let late = t.wait_started(TICK_START_LIMIT);
+            if !late.is_empty() {
                 tracing::warn!(
-                    "a budget tick did not start within {TICK_START_LIMIT:?}; reservations on its hart are ended by the scheduler tick until it does"
+                    "the budget ticks of harts {late} did not start within \
+                     {TICK_START_LIMIT:?}; the reservations there are ended by the scheduler \
+                     tick until they do"
                 );
             }
         }
-        // 5. Reservations.
+        // 6. Reservations.
         let mut rephase = Vec::new();
         for (name, cl) in &to.cells {
             if cl.class == CellClass::Reserved {
@@ -195,7 +207,7 @@ impl Enforcer {
             }
         }
         fault_pause();
-        // 6. Cells that spin: spinners, and a 1 ns timer slack for their threads.
+        // 7. Cells that spin: spinners, and a 1 ns timer slack for their threads.
         self.spinners
             .start_wanted(b, to)
             .context("starting idle spinners")?;
@@ -203,7 +215,7 @@ impl Enforcer {
             crate::idle::set_timer_slack(b, name, 1, &self.spinners.pids(name));
         }
         fault_pause();
-        // 7. IRQs and kernel workers off dedicated harts.
+        // 8. IRQs and kernel workers off dedicated harts.
         let dedicated_changed = from.is_none_or(|f| f.dedicated != to.dedicated);
         if self.steer_irqs && dedicated_changed {
             let r = kernel::steer_off(&self.kernel, store, &to.dedicated, &self.all)
@@ -217,16 +229,6 @@ impl Enforcer {
         self.conflicts = b.foreign_conflicts(to);
         for c in &self.conflicts {
             tracing::warn!("{c}");
-        }
-        // 8. Stray tasks out of the root (v1).
-        if from.is_none_or(|f| f.system != to.system || f.dedicated != to.dedicated) {
-            b.sweep_into_system()
-                .context("moving tasks out of the cgroup root")?;
-            // The sweep may have moved tessd itself, and with it a tick's pinning: restart any
-            // tick that lost it now rather than at the next housekeeping.
-            if let Some(t) = self.budget_ticks.as_mut() {
-                t.reconcile(&self.backend, to, true);
-            }
         }
         Ok(rephase)
     }

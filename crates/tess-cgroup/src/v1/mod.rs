@@ -118,13 +118,7 @@ impl V1 {
         if !dir.exists() {
             return Ok(());
         }
-        for _ in 0..3 {
-            self.fs.move_all(&dir.join(PROCS), &to.join(PROCS))?;
-            if self.fs.read_ids(&dir.join(TASKS))?.is_empty() {
-                break;
-            }
-        }
-        self.fs.rmdir(dir)
+        self.fs.evacuate_and_rmdir(dir, &to.join(PROCS))
     }
 
     /// RT bandwidth of cell `cl` in microseconds `(runtime, period)`: its reservation for a group

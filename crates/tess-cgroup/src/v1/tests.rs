@@ -1,4 +1,4 @@
-//! v1 logic against a temporary directory standing in for the mounted hierarchies.
+//! v1 logic against the model of cgroupfs (`crate::fs::model`) in a temporary directory.
 
 use super::*;
 use std::collections::BTreeMap;
@@ -7,14 +7,14 @@ use tess_core::layout::{plan, CellLayout};
 use tess_core::spec::{CellSpec, HartRequest, Policy};
 use tess_core::state::{Cell, Cluster};
 
-struct Fake {
+struct Fixture {
     _dir: tempfile::TempDir,
     root: PathBuf,
     backend: V1,
     kernel: std::sync::Arc<crate::fs::model::Model>,
 }
 
-fn fake() -> Fake {
+fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     for h in ["cpuset", "cpu", "memory", "pids"] {
@@ -35,7 +35,7 @@ fn fake() -> Fake {
         root.join("pids"),
     ]));
     let backend = V1::new(paths, "tess", Fs::over(kernel.clone()));
-    Fake {
+    Fixture {
         _dir: dir,
         root,
         backend,
@@ -79,7 +79,7 @@ fn cluster(cells: &[(&str, Policy, &str)]) -> Cluster {
     c
 }
 
-fn apply(f: &Fake, c: &Cluster) -> Layout {
+fn apply(f: &Fixture, c: &Cluster) -> Layout {
     let all = HartSet::first_n(4);
     let layout = plan(c, &all, &all, DomainMode::PerHart);
     f.backend.init(&all).unwrap();
@@ -92,7 +92,7 @@ fn apply(f: &Fake, c: &Cluster) -> Layout {
 
 #[test]
 fn topology_builds_anchors_and_system() {
-    let f = fake();
+    let f = fixture();
     let et = Policy::EventTriggered {
         period: Duration::from_millis(10),
         budget: Duration::from_millis(2),
@@ -135,7 +135,7 @@ fn topology_builds_anchors_and_system() {
 
 #[test]
 fn stale_anchors_are_removed() {
-    let f = fake();
+    let f = fixture();
     let et = Policy::EventTriggered {
         period: Duration::from_millis(10),
         budget: Duration::from_millis(2),
@@ -152,13 +152,14 @@ fn stale_anchors_are_removed() {
 
 #[test]
 fn attach_remove_and_sweep() {
-    let f = fake();
+    let f = fixture();
     let be = Policy::BestEffort { weight: 200 };
     apply(&f, &cluster(&[("batch", be, "0-1")]));
     assert_eq!(read(f.root.join("cpu/tess/cells/batch/cpu.shares")), "2048");
     f.backend.attach_process("batch", 4242, false).unwrap();
-    assert!(
-        !f.root.join("cpu/tess/cells/batch/cgroup.procs").exists(),
+    assert_eq!(
+        read(f.root.join("cpu/tess/cells/batch/cgroup.procs")),
+        "",
         "the cpu group waits"
     );
     // Until the process has run on one of the cell's harts.
@@ -198,7 +199,7 @@ fn attach_remove_and_sweep() {
 
 #[test]
 fn foreign_cpusets_that_break_the_layout_are_reported() {
-    let f = fake();
+    let f = fixture();
     let et = Policy::EventTriggered {
         period: Duration::from_millis(10),
         budget: Duration::from_millis(2),
@@ -226,7 +227,7 @@ fn foreign_cpusets_that_break_the_layout_are_reported() {
 
 #[test]
 fn teardown_restores_the_root() {
-    let f = fake();
+    let f = fixture();
     apply(&f, &cluster(&[("synth", Policy::Dedicated, "3")]));
     f.backend.teardown().unwrap();
     assert!(!f.root.join("cpuset/tess").exists());
@@ -236,7 +237,7 @@ fn teardown_restores_the_root() {
 
 #[test]
 fn dedicated_to_best_effort_gains_a_cpu_group() {
-    let f = fake();
+    let f = fixture();
     apply(&f, &cluster(&[("x", Policy::Dedicated, "3")]));
     f.backend.attach_process("x", 77, true).unwrap();
     let layout = apply(
@@ -248,7 +249,7 @@ fn dedicated_to_best_effort_gains_a_cpu_group() {
     assert_eq!(read(f.root.join("cpu/tess/cells/x/cgroup.procs")), "77");
 }
 
-fn apply_groups(f: &Fake, c: &Cluster) -> Layout {
+fn apply_groups(f: &Fixture, c: &Cluster) -> Layout {
     let all = HartSet::first_n(4);
     let groups = f.backend.group_servers().is_some();
     let layout = tess_core::layout::plan_with(c, &all, &all, DomainMode::PerHart, groups);
@@ -262,7 +263,7 @@ fn apply_groups(f: &Fake, c: &Cluster) -> Layout {
 
 #[test]
 fn event_triggered_cells_get_rt_group_bandwidth_within_their_parents() {
-    let f = fake();
+    let f = fixture();
     // Without RT group scheduling (no cpu.rt_* files) there are no group servers.
     assert_eq!(f.backend.group_servers(), None);
     std::fs::write(f.root.join("cpu/cpu.rt_runtime_us"), "950000\n").unwrap();
@@ -295,8 +296,9 @@ fn event_triggered_cells_get_rt_group_bandwidth_within_their_parents() {
     };
     assert_eq!(rt("cells/ctl"), ("2000".into(), "10000".into()));
     assert_eq!(rt("cells/io"), ("1000".into(), "4000".into()));
-    // Time-triggered cells keep per-thread SCHED_DEADLINE: no RT bandwidth.
-    assert!(!cpu.join("cells/win/cpu.rt_runtime_us").exists());
+    // Time-triggered cells keep per-thread SCHED_DEADLINE: no RT bandwidth (the kernel's
+    // default for a new group).
+    assert_eq!(rt("cells/win").0, "0");
     // Parents: 0.2 + 0.25 of a second, plus one budget of each (2 ms + 1 ms) for how the
     // children's periods align with the parents' second.
     assert_eq!(rt(""), ("453000".into(), "1000000".into()));

@@ -154,7 +154,7 @@ impl V2 {
         if dir.join(cpuset::PARTITION).exists() {
             let _ = cpuset::set_partition(&self.fs, dir, cpuset::Partition::Member);
         }
-        self.fs.rmdir(dir)
+        self.fs.evacuate_and_rmdir(dir, &self.root.join(PROCS))
     }
 
     fn ensure_parent(&self, dir: &Path) -> Result<()> {

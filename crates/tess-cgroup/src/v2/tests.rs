@@ -1,4 +1,4 @@
-//! v2 logic against a temporary directory standing in for `/sys/fs/cgroup`.
+//! v2 logic against the model of cgroupfs (`crate::fs::model`) in a temporary directory.
 
 use super::*;
 use std::collections::BTreeMap;
@@ -73,10 +73,10 @@ fn dedicated_and_reserved_harts_are_partitions_beside_the_group() {
     let r = dir.path();
     assert_eq!(
         read(r.join("cgroup.subtree_control")),
-        "+cpuset +cpu +memory +pids"
+        "cpuset cpu memory pids"
     );
     // tess's own group never lists harts (it would collide with the partitions).
-    assert!(!r.join("tess/cpuset.cpus").exists());
+    assert_eq!(read(r.join("tess/cpuset.cpus")), "");
     assert_eq!(
         read(r.join("tess.part-3/cpuset.cpus.partition")),
         "isolated"
@@ -154,4 +154,20 @@ fn cells_follow_their_partition_and_keep_their_processes() {
 
 fn model_fs(root: &std::path::Path) -> Fs {
     Fs::over(std::sync::Arc::new(crate::fs::model::Model::v2(root)))
+}
+
+#[test]
+fn a_partition_the_kernel_finds_invalid_is_an_error_naming_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = std::sync::Arc::new(crate::fs::model::Model::v2(dir.path()));
+    let b = V2::new(dir.path().to_path_buf(), "tess", Fs::over(model.clone()));
+    apply(&b, &cluster(&[("synth", Policy::Dedicated, "3")]), 4);
+    let part = dir.path().join("tess.part-3");
+    assert_eq!(read(part.join("cpuset.cpus.partition")), "isolated");
+    // Something took the partition's harts: the next change reads back "invalid (reason)".
+    model.invalidate_partition(&part);
+    let err = cpuset::set_partition(&b.fs, &part, cpuset::Partition::Root)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid (Cpu list"), "{err}");
 }

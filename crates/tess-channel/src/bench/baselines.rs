@@ -88,13 +88,17 @@ pub(crate) fn payload_rtt(
     samples: usize,
     size: usize,
 ) -> anyhow::Result<Vec<u64>> {
-    const BUF: usize = 4544; // room for the largest message (4480), a whole number of lines
-    const A: usize = 256;
-    const B: usize = A + BUF;
-    assert!(size <= BUF);
-    let page = SharedPage::with_len(B + BUF)?;
+    // The flags at bytes 0 and 128, then the two buffers, each room for the largest message.
+    const BUF_BYTES: usize = super::channel::MAX_SIZE;
+    const BUF_A_OFF: usize = 256;
+    const BUF_B_OFF: usize = BUF_A_OFF + BUF_BYTES;
+    assert!(size <= BUF_BYTES);
+    let page = SharedPage::with_len(BUF_B_OFF + BUF_BYTES)?;
     let (ping, pong) = (page.word(0), page.word(128));
-    let (buf_a, buf_b) = (page.bytes(A, BUF), page.bytes(B, BUF));
+    let (buf_a, buf_b) = (
+        page.bytes(BUF_A_OFF, BUF_BYTES),
+        page.bytes(BUF_B_OFF, BUF_BYTES),
+    );
     let total = (o.warmup + samples) as u64;
     let mut child = spawn_pinned(o.child_hart, || {
         for i in 1..=total {

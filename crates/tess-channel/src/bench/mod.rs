@@ -3,12 +3,11 @@
 //!
 //! Layout: this process runs the measuring side on a thread pinned to
 //! [`BenchOptions::parent_hart`]; for each phase it forks a peer pinned to
-//! [`BenchOptions::child_hart`]. Phases: bare flag ping-pong (the hardware floor), the flag ping-pong with the payload
-//! (the floor of each size), raw futex
-//! ping-pongs, Unix socket pair and pipe at every size (blocking, and non-blocking with
-//! spinning reads), channel busy-poll and blocking round trips at every size, a channel
-//! adaptive round trip at 512 bytes, one-way channel throughput at every size, and single-core
-//! memcpy bandwidth.
+//! [`BenchOptions::child_hart`]. Phases: bare flag ping-pong (the hardware floor), the flag
+//! ping-pong carrying the message (the floor of each size), raw futex ping-pongs, Unix socket
+//! pair and pipe at every size (blocking, and non-blocking with spinning reads), channel
+//! busy-poll and blocking round trips at every size, a channel adaptive round trip at 512
+//! bytes, one-way channel throughput at every size, and single-core memcpy bandwidth.
 //!
 //! Sizes are those of the seed tables: seed 001 Table 1 (inter-cell round trip, 512 to 4480
 //! bytes, average 0.73 to 2.42 us) and seed 003's channel table (4 to 1024 bytes, latency about
@@ -23,8 +22,8 @@
 //! the other does not; the always-waking variant is kept as an extra figure.
 //!
 //! Figures (issue 3, issue 11): `rtt_busy_median_ns_SIZE`, `payload_rtt_median_ns_SIZE` (the
-//! flag ping-pong that also moves SIZE bytes each way: the hardware floor of that size), `rtt_busy_p999_ns_SIZE`,
-//! `rtt_busy_mean_ns_SIZE`, `rtt_block_median_ns_SIZE`, `flag_rtt_median_ns`,
+//! flag ping-pong that also moves SIZE bytes each way: the hardware floor of that size),
+//! `rtt_busy_p999_ns_SIZE`, `rtt_busy_mean_ns_SIZE`, `rtt_block_median_ns_SIZE`, `flag_rtt_median_ns`,
 //! `futex_rtt_median_ns` (wakes only a waiting peer), `futex_always_wake_rtt_median_ns`,
 //! `uds_rtt_median_ns_SIZE`, `pipe_rtt_median_ns_SIZE` (blocking), `uds_poll_rtt_median_ns_SIZE`,
 //! `pipe_poll_rtt_median_ns_SIZE`, `linux_block_rtt_{median,mean}_ns_SIZE` and

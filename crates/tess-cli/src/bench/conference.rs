@@ -709,7 +709,7 @@ pub fn run(a: &ConferenceArgs) -> anyhow::Result<Report> {
     };
     ensure_clips(&cache_dir(a))?;
     super::decoders::avcodec_lib()?;
-    let pair = tess_music::netns::NetnsPair::create(NETNS, [10, 213, 87])?;
+    let pair = tess_music::netns::NetnsPair::create_on_free_prefix(NETNS)?;
     // The cable: a token bucket at the link rate (bytes/s), a 16 KiB bucket.
     pair.pace_device((a.link_mbps * 1e6 / 8.0) as u64, 16 * 1024)?;
     let env = Env {

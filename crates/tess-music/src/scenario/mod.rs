@@ -415,7 +415,7 @@ pub fn run_scenario(
 
     // The link: veth pair in a namespace, or loopback.
     let pair = match &spec.netns {
-        Some(ns) => match NetnsPair::create(ns, crate::netns::DEFAULT_PREFIX) {
+        Some(ns) => match NetnsPair::create_on_free_prefix(ns) {
             Ok(p) => Some(p),
             Err(e) => {
                 notes.push(format!("no veth pair ({e}); using loopback"));

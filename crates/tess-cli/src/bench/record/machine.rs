@@ -5,6 +5,17 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::Command;
 
+impl Meta {
+    /// How many runs of `bench` the run set was to make.
+    pub fn reps_of(&self, bench: &str) -> u32 {
+        if self.once.iter().any(|b| b == bench) {
+            1
+        } else {
+            self.reps
+        }
+    }
+}
+
 /// What is known about a run set before it runs.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(default)]
@@ -21,6 +32,9 @@ pub struct Meta {
     pub benches: Vec<String>,
     /// Repetitions per bench.
     pub reps: u32,
+    /// Benches that ran once instead of `reps` times (long searches that repeat their own
+    /// measured runs inside one invocation).
+    pub once: Vec<String>,
     /// Whether the benches ran with --quick.
     pub quick: bool,
 }

@@ -47,6 +47,9 @@ pub struct RecordArgs {
     /// With --stamp: repetitions per bench.
     #[arg(long, value_name = "N", requires = "stamp", default_value_t = 3)]
     reps: u32,
+    /// With --stamp: benches that run once instead of --reps times, comma-separated.
+    #[arg(long, value_name = "A,B", requires = "stamp", value_delimiter = ',')]
+    once: Vec<String>,
     /// With --stamp: the benches run with --quick (a smoke run, not a measurement).
     #[arg(long, requires = "stamp")]
     quick: bool,
@@ -65,6 +68,7 @@ pub fn run(a: &RecordArgs) -> anyhow::Result<()> {
             machine: Machine::probe(),
             benches: a.benches.clone(),
             reps: a.reps,
+            once: a.once.clone(),
             quick: a.quick,
         };
         std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;

@@ -1,6 +1,7 @@
 //! The page: provenance at the top, then per bench its narrative, the side-by-side rows, every
 //! figure's spread, the targets, the notes of the median run and every failure.
 
+use super::machine::Meta;
 use super::runset::{ComparisonView, ReportView, Run, RunSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -113,6 +114,19 @@ pub(super) fn median_run(reports: &[&ReportView]) -> usize {
     idx[(idx.len() - 1) / 2]
 }
 
+/// "3 per bench", or "3 per bench; 1 of convolution, audio-device (...)".
+fn repetitions(m: &Meta) -> String {
+    if m.once.is_empty() {
+        format!("{} per bench", m.reps)
+    } else {
+        format!(
+            "{} per bench; 1 of {} (each search repeats its own measured runs inside one run)",
+            m.reps,
+            m.once.join(", ")
+        )
+    }
+}
+
 pub(super) fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
@@ -169,7 +183,7 @@ pub fn render(set: &RunSet, narrative: &Narrative) -> String {
         ("kernel", unknown(&m.machine.kernel)),
         ("cgroup", unknown(&m.machine.cgroup)),
         ("virtualised", unknown(&m.machine.virtualised)),
-        ("repetitions", format!("{} per bench", m.reps)),
+        ("repetitions", repetitions(m)),
     ] {
         let _ = writeln!(out, "| {k} | {} |", md_cell(&v));
     }

@@ -122,7 +122,7 @@ impl RunSet {
         }
         for b in &meta.benches {
             let n = found.entry(b.clone()).or_default();
-            *n = (*n).max(meta.reps);
+            *n = (*n).max(meta.reps_of(b));
         }
         let mut benches = BTreeMap::new();
         for (bench, reps) in found {

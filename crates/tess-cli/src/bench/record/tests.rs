@@ -56,8 +56,9 @@ fn fixture() -> (tempfile::TempDir, RunSet) {
             cgroup: "v1".into(),
             virtualised: "yes (kvm)".into(),
         },
-        benches: vec!["demo".into(), "broken".into(), "cut".into()],
+        benches: vec!["demo".into(), "broken".into(), "cut".into(), "long".into()],
         reps: 3,
+        once: vec!["long".into()],
         quick: false,
     };
     std::fs::write(d.join("meta.json"), serde_json::to_string(&meta).unwrap()).unwrap();
@@ -110,6 +111,8 @@ fn fixture() -> (tempfile::TempDir, RunSet) {
     write_run(d, "broken", 3, "", 0, "");
     // cut: only run 1 exists (the run set was interrupted).
     write_run(d, "cut", 1, &report(&[("lat_us", 1.0)], true, &[]), 0, "");
+    // long: runs once by design (`scripts/bench-all --once long`).
+    write_run(d, "long", 1, &report(&[("lat_us", 2.0)], true, &[]), 0, "");
     let set = RunSet::load(d).unwrap();
     (dir, set)
 }
@@ -145,6 +148,9 @@ fn loads_ok_failed_and_missing_runs() {
     let cut = &set.benches["cut"];
     assert_eq!(cut.len(), 3, "the stamp announced 3 repetitions");
     assert!(matches!(cut[1], Run::Missing) && matches!(cut[2], Run::Missing));
+    let long = &set.benches["long"];
+    assert_eq!(long.len(), 1, "a bench the stamp runs once expects one run");
+    assert!(matches!(long[0], Run::Ok(_)));
 }
 
 #[test]
@@ -166,6 +172,8 @@ fn page_shows_spreads_targets_failures_and_provenance() {
         "| harts | 2 |",
         "| kernel | 6.18.0 |",
         "| virtualised | yes (kvm) |",
+        "| repetitions | 3 per bench; 1 of long (",
+        "| [long](#tess-bench-long) | 1 of 1 succeeded |",
     ] {
         assert!(page.contains(want), "missing {want:?} in:\n{page}");
     }
