@@ -27,6 +27,7 @@
 //! margin = 0.1           # each cell is sized for target x (1 + margin) (default 0.1)
 //! explore = 0.2          # a learning cell's smallest move, fraction of its share (default 0.2)
 //! keep = 12              # samples per cell for the fit (default 12)
+//! decide = "events"      # solve again on events only, or every "period" (default "events")
 //! ```
 //!
 //! With PACORA, network bandwidth is a second resource: a heartbeat named `NAME.net` measures
@@ -45,7 +46,7 @@
 //! slope = 10
 //! ```
 
-use crate::pacora::policy::PacoraConfig;
+use crate::pacora::policy::{DecideOn, PacoraConfig};
 use crate::pota::PotaConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -97,6 +98,7 @@ struct RawPacora {
     margin: Option<f64>,
     explore: Option<f64>,
     keep: Option<usize>,
+    decide: Option<String>,
 }
 
 /// `[network]`: the link the brokered flows share.
@@ -194,6 +196,10 @@ impl Config {
             margin: rp.margin.unwrap_or(d.margin),
             explore: rp.explore.unwrap_or(d.explore),
             keep: rp.keep.unwrap_or(d.keep),
+            decide: match rp.decide.as_deref() {
+                Some(s) => DecideOn::parse(s).map_err(|e| anyhow::anyhow!(e))?,
+                None => d.decide,
+            },
         };
         pacora.validate().map_err(|e| anyhow::anyhow!(e))?;
         let c = Config {
@@ -349,6 +355,14 @@ mod tests {
         assert!(Config::parse("policy = \"magic\"").is_err());
         assert!(Config::parse("[pacora]\ncapacity = 0").is_err());
         assert!(Config::parse("[pacora]\nbogus = 1").is_err());
+        assert_eq!(c.pacora.decide, DecideOn::Events, "the default");
+        let every = Config::parse("policy = \"pacora\"\n[pacora]\ndecide = \"period\"\n").unwrap();
+        assert_eq!(every.pacora.decide, DecideOn::Period);
+        let e = Config::parse("[pacora]\ndecide = \"often\"").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("\"events\" or \"period\""),
+            "{e:#}"
+        );
         assert!(Config::parse("[cells.enc]\nslope = -1").is_err());
     }
 

@@ -246,6 +246,19 @@ struct Target {
 
 /// Records one decision in the cell's recent history.
 fn record(b: &mut Brokered, rate: f64, from: f64, to: f64, reason: &str, note: String) {
+    // Rounds that hold for want of an event collapse into one record, so that the history
+    // keeps the decisions that changed something.
+    if let Some(last) = b
+        .decisions
+        .back_mut()
+        .filter(|d| reason == "no-event" && d.reason == reason && d.to == to)
+    {
+        last.at_unix_ms = unix_ms();
+        last.rate = rate;
+        last.note = note;
+        last.rounds += 1;
+        return;
+    }
     if b.decisions.len() >= KEEP_DECISIONS {
         b.decisions.pop_front();
     }
@@ -256,6 +269,7 @@ fn record(b: &mut Brokered, rate: f64, from: f64, to: f64, reason: &str, note: S
         to,
         reason: reason.into(),
         note,
+        rounds: 1,
     });
 }
 
@@ -696,12 +710,13 @@ impl<C: Cells> Broker<C> {
             }
         }
         let allocations = self.pacora.decide(&views);
+        let events = self.pacora.last_events().to_vec();
         for k in lowerings_first(&views, &allocations) {
             let (i, t, rate) = &targets[k];
             let a = &allocations[k];
             let b = &mut self.brokered[*i];
             b.status.response_model = a.model.clone();
-            let note = prediction_note(a);
+            let note = decision_note(a, &events);
             if (a.share - t.current).abs() < self.config.min_step {
                 record(b, *rate, t.current, t.current, a.reason, note);
             } else {
@@ -715,10 +730,11 @@ impl<C: Cells> Broker<C> {
         };
         let allocations = pacora.decide(&net_views);
         let capacity = pacora.capacity();
+        let events = pacora.last_events().to_vec();
         for k in lowerings_first(&net_views, &allocations) {
             let (i, v, a) = (net_cells[k], &net_views[k], &allocations[k]);
             self.brokered[i].status.response_model = a.model.clone();
-            let note = prediction_note(a);
+            let note = decision_note(a, &events);
             // What the other flows hold now (a lowering held back by the hysteresis, or
             // refused, still holds its share): a raise takes no more than is free.
             let others: f64 = self
@@ -859,12 +875,19 @@ fn lowerings_first(views: &[CellView], allocations: &[Allocation]) -> Vec<usize>
     order
 }
 
-/// What the model predicts at the allocation, for the decision's note.
-fn prediction_note(a: &Allocation) -> String {
-    match a.predicted_tau {
-        Some(tau) => format!("predicted {:.2} ms per unit", tau * 1e3),
-        None => String::new(),
-    }
+/// The decision's note: what the model predicts at the allocation, and the events the round
+/// solved on (none when it held: `no-event`).
+fn decision_note(a: &Allocation, events: &[String]) -> String {
+    let predicted = a
+        .predicted_tau
+        .map(|tau| format!("predicted {:.2} ms per unit", tau * 1e3));
+    let on = (a.reason != "no-event" && !events.is_empty())
+        .then(|| format!("solved on: {}", events.join("; ")));
+    [predicted, on]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Runs the broker until killed: accepts on `listener`, decides every period, writes the

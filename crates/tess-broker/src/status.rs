@@ -117,6 +117,14 @@ pub struct DecisionRecord {
     pub reason: String,
     /// Details (tessd's refusal, for example).
     pub note: String,
+    /// Consecutive rounds this record stands for: PACORA's rounds that held for want of an
+    /// event (`no-event`) collapse into one record, the time and rate of the latest.
+    #[serde(default = "one_round")]
+    pub rounds: u64,
+}
+
+fn one_round() -> u64 {
+    1
 }
 
 impl DecisionRecord {

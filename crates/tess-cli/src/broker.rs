@@ -63,7 +63,14 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                 let last = c
                     .decisions
                     .last()
-                    .map(|d| format!("{} {:.3}->{:.3} {}", d.reason, d.from, d.to, d.note))
+                    .map(|d| {
+                        let rounds = if d.rounds > 1 {
+                            format!(" (x{})", d.rounds)
+                        } else {
+                            String::new()
+                        };
+                        format!("{}{rounds} {:.3}->{:.3} {}", d.reason, d.from, d.to, d.note)
+                    })
                     .unwrap_or_default();
                 t.row(&[
                     c.cell.clone(),

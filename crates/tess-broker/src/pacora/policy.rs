@@ -29,6 +29,18 @@
 //! The pool: `capacity` harts if configured, otherwise what the cells held when they joined
 //! (each brings its share in and takes its last share out when it leaves), so the policy
 //! redistributes reservations it was given and never asks tessd for more in total.
+//!
+//! **When it decides** (`decide`, [`DecideOn`]): every round observes every cell (a sample, a
+//! refit), but by default the allocation is solved again only on an *event*: the paper's broker
+//! "reallocates resources ... when a cell starts or finishes or when a cell significantly
+//! changes performance", trading adaptability for stability (seed 004 section 2.4). A cell
+//! joins or leaves; a cell's target, floor, ceiling or slope changes; a cell is learning (it
+//! moves every round until it has a model) or its model was dropped by a phase change; the
+//! least share that meets a cell's target moved by more than [`MODEL_DRIFT`] since the last
+//! solve; or a cell that the last solve sized to meet its target missed it. Between events
+//! every cell keeps the share in force (`no-event`), so a steady system makes no transactions
+//! and its allocations do not follow the noise of its measurements. `decide = "period"`
+//! solves every round.
 
 use super::interior_point::Workspace;
 use super::{CellDemand, Problem, ResponseModel, Sample};
@@ -37,6 +49,38 @@ use std::collections::{BTreeMap, VecDeque};
 /// A prediction off by more than this fraction of the measured response time starts a new
 /// phase.
 pub const PHASE_CHANGE: f64 = 0.3;
+
+/// A change of a cell's least share (the share its model says meets its target) by more than
+/// this fraction since the last solve is an event: half the default margin, so that a model
+/// that drifts is re-solved before the margin it was sized with is used up.
+pub const MODEL_DRIFT: f64 = 0.05;
+
+/// A cell the last solve sized to meet its target that measures less than this fraction of
+/// the target rate in a period is an event (the broker's own "on target" bound).
+pub const MISSED: f64 = 0.95;
+
+/// When PACORA solves the allocation again (`[pacora] decide`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecideOn {
+    /// On events (module docs); between them the allocation in force stays.
+    #[default]
+    Events,
+    /// Every decision round.
+    Period,
+}
+
+impl DecideOn {
+    /// `events` or `period`.
+    pub fn parse(s: &str) -> Result<DecideOn, String> {
+        match s {
+            "events" => Ok(DecideOn::Events),
+            "period" => Ok(DecideOn::Period),
+            other => Err(format!(
+                "pacora decide {other:?} must be \"events\" or \"period\""
+            )),
+        }
+    }
+}
 
 /// The policy's settings (`[pacora]` in the broker's configuration).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +93,8 @@ pub struct PacoraConfig {
     pub explore: f64,
     /// Samples kept per cell (the fit uses them all).
     pub keep: usize,
+    /// When the allocation is solved again.
+    pub decide: DecideOn,
 }
 
 impl Default for PacoraConfig {
@@ -58,6 +104,7 @@ impl Default for PacoraConfig {
             margin: 0.1,
             explore: 0.2,
             keep: 12,
+            decide: DecideOn::Events,
         }
     }
 }
@@ -130,7 +177,8 @@ pub struct Allocation {
     pub cell: String,
     /// The share it should hold, harts.
     pub share: f64,
-    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `solver-failed`.
+    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `solver-failed`, or
+    /// `no-event` (nothing changed since the last solve: the share in force stays).
     pub reason: &'static str,
     /// The model's response time at `share` (seconds per unit), once there is a model.
     pub predicted_tau: Option<f64>,
@@ -146,6 +194,40 @@ struct CellState {
     brought: f64,
     /// Its share at the last round (taken out of the pool when it leaves).
     last_share: f64,
+    /// What its allocation was last solved for (none: not solved with a model yet).
+    solved_for: Option<Basis>,
+}
+
+/// What a cell's allocation was solved for; a change of any of it is an event.
+#[derive(Debug, Clone, PartialEq)]
+struct Basis {
+    target_rate: f64,
+    floor: f64,
+    ceiling: f64,
+    slope: f64,
+    /// The least share that met the target under the model of that round, or the floor if
+    /// that is more (infinite: none met it). Below the floor a model may move freely: the
+    /// cell holds its floor either way.
+    least: f64,
+    /// Whether the solve sized the cell to meet its target (`meets-target`).
+    meets: bool,
+}
+
+impl Basis {
+    fn limits_differ(&self, v: &CellView) -> bool {
+        self.target_rate != v.target_rate
+            || self.floor != v.floor
+            || self.ceiling != v.ceiling
+            || self.slope != v.slope
+    }
+}
+
+/// Whether a least share moved from `was` to `now` by more than [`MODEL_DRIFT`].
+fn drifted(was: f64, now: f64) -> bool {
+    match (was.is_finite(), now.is_finite()) {
+        (true, true) => (now - was).abs() > MODEL_DRIFT * was.max(now).max(1e-9),
+        (a, b) => a != b,
+    }
 }
 
 /// The live policy: per cell its samples and model, and the pool.
@@ -156,6 +238,10 @@ pub struct Pacora {
     /// Harts given back by cells that left (with no configured capacity).
     pool_adjust: f64,
     workspace: Workspace,
+    /// Cells that left since the last round.
+    departed: Vec<String>,
+    /// The events of the last round (empty: nothing changed).
+    events: Vec<String>,
 }
 
 impl Pacora {
@@ -191,7 +277,41 @@ impl Pacora {
         for c in gone {
             if let Some(s) = self.cells.remove(&c) {
                 self.pool_adjust += s.brought - s.last_share;
+                self.departed.push(c);
             }
+        }
+    }
+
+    /// What changed before the last round, one phrase each (`enc joined`, `enc: target or
+    /// limits changed`, ...); empty if nothing did. Under [`DecideOn::Events`] the round solved
+    /// the allocation exactly when this is not empty.
+    pub fn last_events(&self) -> &[String] {
+        &self.events
+    }
+
+    /// The event cell `v` raises this round, if any (after its sample was observed).
+    fn event_of(&self, v: &CellView) -> Option<String> {
+        let st = &self.cells[&v.cell];
+        if !(v.rate > 0.0 && v.rate.is_finite()) {
+            // Silent: nothing measured, nothing to act on.
+            return None;
+        }
+        let Some(m) = &st.model else {
+            return Some(format!("{}: learning", v.cell));
+        };
+        let least = least_share(m, v, self.config.margin).max(v.floor);
+        match &st.solved_for {
+            None => Some(format!("{}: first model", v.cell)),
+            Some(b) if b.limits_differ(v) => Some(format!("{}: target or limits changed", v.cell)),
+            Some(b) if drifted(b.least, least) => Some(format!(
+                "{}: least share {:.3} -> {:.3}",
+                v.cell, b.least, least
+            )),
+            Some(b) if b.meets && v.rate < MISSED * v.target_rate => Some(format!(
+                "{}: missed its target ({:.2}/s of {:.2}/s)",
+                v.cell, v.rate, v.target_rate
+            )),
+            _ => None,
         }
     }
 
@@ -207,7 +327,14 @@ impl Pacora {
     /// this round keep their samples until [`Pacora::retain`] drops them). Returns one
     /// allocation per view, in the same order.
     pub fn decide(&mut self, views: &[CellView]) -> Vec<Allocation> {
+        let mut events: Vec<String> = std::mem::take(&mut self.departed)
+            .into_iter()
+            .map(|c| format!("{c} left"))
+            .collect();
         for v in views {
+            if !self.cells.contains_key(&v.cell) {
+                events.push(format!("{} joined", v.cell));
+            }
             let st = self
                 .cells
                 .entry(v.cell.clone())
@@ -216,11 +343,57 @@ impl Pacora {
                     ..Default::default()
                 });
             st.last_share = v.share;
+            let had_model = st.model.is_some();
             match &v.known {
                 Some(m) => st.model = Some(m.clone()),
                 None => observe(st, v, &self.config),
             }
+            if had_model && st.model.is_none() {
+                st.solved_for = None;
+                events.push(format!("{}: phase change", v.cell));
+            }
         }
+        for v in views {
+            if let Some(e) = self.event_of(v) {
+                if !events.contains(&e) {
+                    events.push(e);
+                }
+            }
+        }
+        self.events = events;
+        if self.config.decide == DecideOn::Events && self.events.is_empty() {
+            return views.iter().map(|v| self.hold(v)).collect();
+        }
+        let out = self.solve(views);
+        for (v, a) in views.iter().zip(&out) {
+            let margin = self.config.margin;
+            let st = self.cells.get_mut(&v.cell).expect("observed above");
+            st.solved_for = st.model.as_ref().map(|m| Basis {
+                target_rate: v.target_rate,
+                floor: v.floor,
+                ceiling: v.ceiling,
+                slope: v.slope,
+                least: least_share(m, v, margin).max(v.floor),
+                meets: a.reason == "meets-target",
+            });
+        }
+        out
+    }
+
+    /// Cell `v` keeps the share in force: nothing changed since the last solve.
+    fn hold(&self, v: &CellView) -> Allocation {
+        let model = self.cells[&v.cell].model.clone();
+        Allocation {
+            cell: v.cell.clone(),
+            share: v.share,
+            reason: "no-event",
+            predicted_tau: model.as_ref().map(|m| m.eval(&[v.share])),
+            model,
+        }
+    }
+
+    /// Solves the allocation of every cell of `views` (the module docs' two cases).
+    fn solve(&mut self, views: &[CellView]) -> Vec<Allocation> {
         let capacity = self.capacity();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
         // Learning and silent cells first: what they take comes off the pool. A learning cell
@@ -481,6 +654,11 @@ mod tests {
         }
     }
 
+    /// Whether `a` was decided for `reason`, or held (`no-event`) since a round that was.
+    fn settled(a: &Allocation, reason: &str) -> bool {
+        a.reason == reason || a.reason == "no-event"
+    }
+
     /// Runs `rounds` rounds of the policy against `plants`; returns the last allocations.
     fn run(
         pacora: &mut Pacora,
@@ -522,7 +700,7 @@ mod tests {
             12,
             0,
         );
-        assert!(last.iter().all(|a| a.reason == "meets-target"), "{last:?}");
+        assert!(last.iter().all(|a| settled(a, "meets-target")), "{last:?}");
         // The least shares with 10% margin: enc 0.012 / (1/33 - 0.002) = 0.421, idx 0.55.
         assert!((shares[0] - 0.421).abs() < 0.03, "{shares:?}");
         assert!((shares[1] - 0.55).abs() < 0.03, "{shares:?}");
@@ -677,7 +855,7 @@ mod tests {
             16,
             0,
         );
-        assert!(last.iter().all(|a| a.reason == "trade-off"), "{last:?}");
+        assert!(last.iter().all(|a| settled(a, "trade-off")), "{last:?}");
         assert!(shares.iter().sum::<f64>() <= 0.8 + 1e-6, "{shares:?}");
         assert!(shares[0] > shares[1] + 0.05, "{shares:?}");
         // The optimum of the true problem (Clarabel) within a few percent.
@@ -715,7 +893,7 @@ mod tests {
         run(&mut p, &[("enc", &light, 30.0, 1.0)], &mut shares, 10, 0);
         assert!((shares[0] - 0.33).abs() < 0.03, "{shares:?}");
         let last = run(&mut p, &[("enc", &heavy, 30.0, 1.0)], &mut shares, 10, 10);
-        assert_eq!(last[0].reason, "meets-target");
+        assert!(settled(&last[0], "meets-target"), "{last:?}");
         assert!((shares[0] - 0.66).abs() < 0.05, "{shares:?}");
     }
 
@@ -729,7 +907,8 @@ mod tests {
             let quiet = view("quiet", 0.2, 0.0, 10.0, 1.0);
             let out = p.decide(&[v, quiet]);
             assert!(out[0].share <= 0.3 + 1e-12, "{out:?}");
-            assert_eq!((out[1].share, out[1].reason), (0.2, "no-rate"));
+            assert_eq!(out[1].share, 0.2);
+            assert!(settled(&out[1], "no-rate"), "{out:?}");
         }
     }
 
@@ -768,6 +947,96 @@ mod tests {
             out.iter().map(|a| a.share).sum::<f64>() <= 0.6 + 1e-9,
             "{out:?}"
         );
+    }
+
+    #[test]
+    fn a_steady_system_is_solved_again_only_when_something_changes() {
+        let enc = Plant {
+            tau0: 0.002,
+            w: 0.012,
+        };
+        let idx = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig::default());
+        let mut shares = [0.9, 0.9];
+        let cells = [("enc", &enc, 30.0, 1.0), ("idx", &idx, 10.0, 1.0)];
+        run(&mut p, &cells, &mut shares, 12, 0);
+        // Settled: rounds of measurements with noise change nothing and solve nothing.
+        let before = shares;
+        let last = run(&mut p, &cells, &mut shares, 6, 12);
+        assert!(last.iter().all(|a| a.reason == "no-event"), "{last:?}");
+        assert!(p.last_events().is_empty(), "{:?}", p.last_events());
+        assert_eq!(shares, before);
+        // A new target is an event: the round solves again and says why.
+        let faster = [("enc", &enc, 40.0, 1.0), ("idx", &idx, 10.0, 1.0)];
+        let a = run(&mut p, &faster, &mut shares, 1, 18);
+        assert_eq!(a[0].reason, "meets-target", "{a:?}");
+        assert!(shares[0] > before[0] + 0.05, "{shares:?} vs {before:?}");
+        assert_eq!(p.last_events(), ["enc: target or limits changed"]);
+        // A cell that joins, and one that leaves, are events.
+        let extra = Plant { tau0: 0.0, w: 0.01 };
+        let views = [
+            view("enc", shares[0], enc.rate(shares[0], 19), 40.0, 1.0),
+            view("idx", shares[1], idx.rate(shares[1], 19), 10.0, 1.0),
+            view("new", 0.1, extra.rate(0.1, 19), 10.0, 1.0),
+        ];
+        p.decide(&views);
+        assert!(p.last_events().contains(&"new joined".to_string()));
+        p.retain(&["enc", "idx"]);
+        let a = p.decide(&views[..2]);
+        assert_eq!(p.last_events()[0], "new left");
+        assert!(a.iter().all(|a| a.reason != "no-event"), "{a:?}");
+    }
+
+    #[test]
+    fn a_model_that_drifts_or_a_sized_cell_that_misses_is_solved_again() {
+        let known = |w: f64| ResponseModel {
+            tau0: 0.0,
+            w: vec![w],
+            resources: 1,
+        };
+        let mut p = Pacora::new(PacoraConfig {
+            capacity: Some(9.5),
+            ..Default::default()
+        });
+        let mut v = view("video", 4.0, 270.0, 270.0, 1.0);
+        v.ceiling = 9.5;
+        v.known = Some(known(0.008));
+        let a = p.decide(&[v.clone()]);
+        assert_eq!(a[0].reason, "meets-target");
+        v.share = a[0].share;
+        // 3% more demand: within the margin's half, held.
+        v.known = Some(known(0.008 * 1.03));
+        assert_eq!(p.decide(&[v.clone()])[0].reason, "no-event");
+        // 10% more than when it was solved: solved again, sized for the new demand.
+        v.known = Some(known(0.008 * 1.10));
+        let a = p.decide(&[v.clone()]);
+        assert_eq!(a[0].reason, "meets-target", "{:?}", p.last_events());
+        assert!(p.last_events()[0].starts_with("video: least share"));
+        assert!((a[0].share - 2.376 * 1.10).abs() < 1e-9, "{a:?}");
+        v.share = a[0].share;
+        // Sized to meet its target, it measured 90% of it: solved again.
+        v.rate = 0.9 * 270.0;
+        p.decide(&[v.clone()]);
+        assert!(
+            p.last_events()[0].starts_with("video: missed its target"),
+            "{:?}",
+            p.last_events()
+        );
+    }
+
+    #[test]
+    fn decide_every_period_solves_every_round() {
+        let idx = Plant { tau0: 0.0, w: 0.05 };
+        let mut p = Pacora::new(PacoraConfig {
+            decide: DecideOn::Period,
+            ..Default::default()
+        });
+        let mut shares = [0.9];
+        let last = run(&mut p, &[("idx", &idx, 10.0, 1.0)], &mut shares, 20, 0);
+        assert_eq!(last[0].reason, "meets-target", "{last:?}");
+        assert_eq!(DecideOn::parse("period"), Ok(DecideOn::Period));
+        assert_eq!(DecideOn::parse("events"), Ok(DecideOn::Events));
+        assert!(DecideOn::parse("sometimes").is_err());
     }
 
     #[test]
