@@ -179,17 +179,15 @@ impl NetnsPair {
     /// next /24 up), with routes through the wire. A stale namespace or interface of the same
     /// names is removed first.
     pub fn create(name: &str, prefix: [u8; 3]) -> Result<NetnsPair, NetnsError> {
-        if name.is_empty()
-            || name.len() > 13
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(NetnsError::Name(name.to_string()));
-        }
+        check_name(name)?;
+        NetnsPair::layout(name, prefix).remove();
+        NetnsPair::create_fresh(name, prefix)
+    }
+
+    /// The names and addresses of pair `name` on `prefix`, nothing created.
+    fn layout(name: &str, prefix: [u8; 3]) -> NetnsPair {
         let inner = [prefix[0], prefix[1], prefix[2].wrapping_add(1)];
-        let wire_near_device = Ipv4Addr::new(inner[0], inner[1], inner[2], 1);
-        let pair = NetnsPair {
+        NetnsPair {
             name: name.to_string(),
             wire: format!("{name}-w"),
             host_if: format!("{name}-h"),
@@ -198,8 +196,14 @@ impl NetnsPair {
             device_if: format!("{name}-e"),
             host_addr: Ipv4Addr::new(prefix[0], prefix[1], prefix[2], 1),
             device_addr: Ipv4Addr::new(inner[0], inner[1], inner[2], 2),
-        };
-        pair.remove();
+        }
+    }
+
+    /// [`create`](Self::create) once any stale pair of the name is gone.
+    fn create_fresh(name: &str, prefix: [u8; 3]) -> Result<NetnsPair, NetnsError> {
+        let inner = [prefix[0], prefix[1], prefix[2].wrapping_add(1)];
+        let wire_near_device = Ipv4Addr::new(inner[0], inner[1], inner[2], 1);
+        let pair = NetnsPair::layout(name, prefix);
         for net in [prefix, inner] {
             if let Some(iface) = route_through(net) {
                 return Err(NetnsError::PrefixInUse {
@@ -298,10 +302,13 @@ impl NetnsPair {
     /// so that cables of different names, and a leftover of a killed run, do not collide. Two
     /// creators racing for one prefix: the loser's `ip` fails with "File exists" and it moves on.
     pub fn create_on_free_prefix(name: &str) -> Result<NetnsPair, NetnsError> {
+        check_name(name)?;
+        // A stale pair of this name goes first (and with it the prefix it held), once.
+        NetnsPair::layout(name, DEFAULT_PREFIX).remove();
         let [a, b, first] = DEFAULT_PREFIX;
         let mut last = None;
         for c in (first..=253).step_by(2) {
-            match NetnsPair::create(name, [a, b, c]) {
+            match NetnsPair::create_fresh(name, [a, b, c]) {
                 Err(e @ NetnsError::PrefixInUse { .. }) => last = Some(e),
                 Err(NetnsError::Ip { args, stderr }) if stderr.contains("File exists") => {
                     last = Some(NetnsError::Ip { args, stderr })
@@ -370,6 +377,20 @@ impl NetnsPair {
 impl Drop for NetnsPair {
     fn drop(&mut self) {
         self.remove();
+    }
+}
+
+/// Refuses a name unusable for interface names (`NAME-h` must fit in 15 characters).
+fn check_name(name: &str) -> Result<(), NetnsError> {
+    let ok = !name.is_empty()
+        && name.len() <= 13
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(NetnsError::Name(name.to_string()))
     }
 }
 

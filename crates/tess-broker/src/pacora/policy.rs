@@ -654,6 +654,18 @@ mod tests {
         }
     }
 
+    /// Encoder: 2 ms fixed + 12 ms per hart (a frame at 0.4 harts takes 32 ms). Indexer: 50 ms
+    /// per hart.
+    fn encoder_and_indexer() -> (Plant, Plant) {
+        (
+            Plant {
+                tau0: 0.002,
+                w: 0.012,
+            },
+            Plant { tau0: 0.0, w: 0.05 },
+        )
+    }
+
     /// Whether `a` was decided for `reason`, or held (`no-event`) since a round that was.
     fn settled(a: &Allocation, reason: &str) -> bool {
         a.reason == reason || a.reason == "no-event"
@@ -686,11 +698,7 @@ mod tests {
     fn cells_that_fit_get_just_what_meets_their_targets() {
         // Encoder: 2 ms fixed + 12 ms per hart (a frame at 0.4 harts takes 32 ms); target
         // 30 fps. Indexer: 50 ms per hart, target 10/s. Plenty of pool (1.8 harts).
-        let enc = Plant {
-            tau0: 0.002,
-            w: 0.012,
-        };
-        let idx = Plant { tau0: 0.0, w: 0.05 };
+        let (enc, idx) = encoder_and_indexer();
         let mut p = Pacora::new(PacoraConfig::default());
         let mut shares = [0.9, 0.9];
         let last = run(
@@ -951,11 +959,7 @@ mod tests {
 
     #[test]
     fn a_steady_system_is_solved_again_only_when_something_changes() {
-        let enc = Plant {
-            tau0: 0.002,
-            w: 0.012,
-        };
-        let idx = Plant { tau0: 0.0, w: 0.05 };
+        let (enc, idx) = encoder_and_indexer();
         let mut p = Pacora::new(PacoraConfig::default());
         let mut shares = [0.9, 0.9];
         let cells = [("enc", &enc, 30.0, 1.0), ("idx", &idx, 10.0, 1.0)];

@@ -150,10 +150,10 @@ impl V2 {
         for child in self.fs.children(dir) {
             self.evacuate_and_remove(&dir.join(child))?;
         }
-        self.fs.move_all(&dir.join(PROCS), &self.root.join(PROCS))?;
         if dir.join(cpuset::PARTITION).exists() {
             let _ = cpuset::set_partition(&self.fs, dir, cpuset::Partition::Member);
         }
+        // Moves the group's processes to the root, then removes it.
         self.fs.evacuate_and_rmdir(dir, &self.root.join(PROCS))
     }
 
