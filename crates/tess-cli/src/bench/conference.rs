@@ -3,7 +3,9 @@
 //!
 //! Nine incoming H.264 streams at 30 fps, received over TCP and decoded in the video cell
 //! (libavcodec, one decoder per stream; one thread per hart of the cell polls its streams and
-//! decodes earliest release first, `roles::video`) and handed to a frame sink over channels; a parallel file indexer over real text in a second cell; a TCP
+//! decodes earliest release first, `roles::video`) and handed to the display, a frame sink
+//! in a cell of its own found through tessd's nameserver, over one channel per stream
+//! (`roles::display`); a parallel file indexer over real text in a second cell; a TCP
 //! bandwidth hog (a download as fast as the link allows) in a third. Every `--resize-every`
 //! seconds a resize happens: one stream switches to its large encoding (640x360, 800 kbit/s
 //! instead of 320x180, 200 kbit/s) or back, so one stream at most is large. The remote sites
@@ -114,6 +116,8 @@ const NET_CELL: &str = "conf-net";
 const VIDEO_CELL: &str = "conf-video";
 const INDEX_CELL: &str = "conf-index";
 const HOG_CELL: &str = "conf-hog";
+/// The display's cell: the frame sink as a service of its own (`roles::display`).
+const DISPLAY_CELL: &str = "conf-display";
 const SERVICE_NAME: &str = "conf-net";
 const NETNS: &str = "tess-conf";
 const PORT: u16 = 9470;
@@ -200,9 +204,10 @@ fn run_role(a: &ConferenceArgs, role: &str) -> anyhow::Result<Report> {
             sched,
             a.video_threads,
         )?)?,
+        "display" => serde_json::to_value(roles::display(sched, VIDEO_CELL)?)?,
         "hog" => serde_json::to_value(roles::hog(need_addr()?, a.net_service.as_deref(), sched)?)?,
         "indexer" => serde_json::to_value(roles::indexer(sched)?)?,
-        other => anyhow::bail!("unknown role {other:?} (sender, video, hog, indexer)"),
+        other => anyhow::bail!("unknown role {other:?} (sender, display, video, hog, indexer)"),
     };
     if let Some(p) = &a.out {
         std::fs::write(p, serde_json::to_vec(&json)?)?;
@@ -395,6 +400,12 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
                 &env.shared,
                 false,
             ),
+            cell(
+                DISPLAY_CELL,
+                Policy::BestEffort { weight: 100 },
+                &env.shared,
+                false,
+            ),
             cell(VIDEO_CELL, et(START_SHARE), &env.reserved, pinned),
             cell(INDEX_CELL, et(START_SHARE), &env.reserved, pinned),
         ])?;
@@ -482,7 +493,9 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
     };
     let envs: Vec<(&str, &Path)> = vec![("TESS_BROKER_SOCKET", sock.as_path())];
     let cell_of = |c: &'static str| tess_run.then_some(c);
+    // The display first: the video cell's streams connect to it when they start.
     let roles_started = [
+        ("display", cell_of(DISPLAY_CELL)),
         ("video", cell_of(VIDEO_CELL)),
         ("hog", cell_of(HOG_CELL)),
         ("indexer", cell_of(INDEX_CELL)),
@@ -593,10 +606,13 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
         g.stop(Duration::from_secs(2));
     }
     if tess_run {
-        s.delete(&[VIDEO_CELL, INDEX_CELL, HOG_CELL, NET_CELL]);
+        s.delete(&[VIDEO_CELL, INDEX_CELL, HOG_CELL, DISPLAY_CELL, NET_CELL]);
     }
     let _ = std::fs::remove_file(&sock);
-    out.video = read_out(env, "video")?;
+    // What the frames did, the display measured; the video cell reports its threads' errors.
+    let video: roles::VideoOut = read_out(env, "video")?;
+    out.video = read_out(env, "display")?;
+    out.video.errors.extend(video.errors);
     out.hog = read_out(env, "hog")?;
     out.index = read_out(env, "indexer")?;
     out.notes.extend(
@@ -812,7 +828,7 @@ fn report(
     }
     r.table(t);
     r.note(format!(
-        "hart layout: hart {} holds the network service's cell {NET_CELL} (best effort, epoll), the hog's cell {HOG_CELL} (best effort), the sender (test equipment in netns {NETNS}) and the broker; hart {} holds {VIDEO_CELL} and {INDEX_CELL} (event-triggered, {} ms period, {START_SHARE} of the hart each to start). linux: the same programs without cells or the service",
+        "hart layout: hart {} holds the network service's cell {NET_CELL} (best effort, epoll), the hog's cell {HOG_CELL} and the display's {DISPLAY_CELL} (best effort, the frame sink: a nameserver service the video streams send their frames to over channels), the sender (test equipment in netns {NETNS}) and the broker; hart {} holds {VIDEO_CELL} and {INDEX_CELL} (event-triggered, {} ms period, {START_SHARE} of the hart each to start). linux: the same programs without cells or the service",
         env.shared,
         env.reserved,
         CELL_PERIOD.as_millis()

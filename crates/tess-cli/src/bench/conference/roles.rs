@@ -4,9 +4,13 @@
 //! - `sender`: the remote sites, test equipment in the device's network namespace. It serves
 //!   nine video streams (pre-encoded H.264 access units, one per frame, released at 30 fps on
 //!   a common clock) and one bulk download for the hog, over TCP.
-//! - `video`: the video cell. One thread per stream receives frames (through the network
-//!   service, or a kernel socket in the baseline), decodes them with libavcodec, beats the
-//!   cell's heartbeats and hands a record of the frame to the frame sink over a channel.
+//! - `video`: the video cell. Its threads receive frames (through the network service, or a
+//!   kernel socket in the baseline), decode them with libavcodec, beat the cell's heartbeats
+//!   and hand a record of each frame to the display over a channel.
+//! - `display`: the frame sink, a service in a cell of its own (the paper's GUI service). It
+//!   registers with tessd's nameserver; each of the video cell's streams connects to it and
+//!   gets a shared-memory channel, over which it sends a record of every decoded frame. The
+//!   display counts each frame against its display deadline.
 //! - `hog`: the bandwidth hog, a download as fast as the link allows.
 //! - `indexer`: a parallel file indexer over real text (one thread per hart of its cell).
 //!
@@ -45,6 +49,8 @@ pub const INDEX_UNIT: usize = 64 * 1024;
 pub const HOG_CHUNK: usize = 64 * 1024;
 /// A target no cell meets: the hog and the indexer take what the others leave.
 const INSATIABLE: Duration = Duration::from_micros(1);
+/// The display's name at tessd's nameserver.
+pub const DISPLAY_SERVICE: &str = "conf-display";
 
 fn sleep_until(t_ns: u64) {
     let now = now_ns();
@@ -292,12 +298,13 @@ impl Shown {
     }
 }
 
-/// Receives and decodes the nine streams until the sender stops; returns what the sink saw.
+/// Receives and decodes the nine streams until the sender stops; returns the errors of its
+/// threads (what the frames did, the display measures).
 ///
 /// One kernel thread per hart of the cell (as Pulse runs one per hart) serves the streams
 /// `k = j (mod harts)`: it reads whatever has arrived on their connections without blocking,
 /// decodes the complete frames earliest release first (every stream has the same display
-/// delay, so that is earliest deadline first), hands each to the frame sink, and sleeps a
+/// delay, so that is earliest deadline first), hands each to the display, and sleeps a
 /// millisecond when there is nothing to do. The paper gives each stream a Pulse thread of its
 /// own under the cell's EDF scheduler; what matters for the cell's reservation is the same:
 /// the work of all the streams is done by as many kernel threads as the cell has harts, so
@@ -323,7 +330,6 @@ pub fn video(
         VIDEO_NET_HB,
         Some(Target::PerUnit(FRAME_TARGET)),
     )?);
-    let opts = tess_channel::ChannelOptions::for_max_message(Shown::LEN);
     let harts = match threads {
         VideoThreads::Stream => STREAMS,
         VideoThreads::Hart => tess_sched::affinity::get_affinity(0)
@@ -331,11 +337,9 @@ pub fn video(
             .unwrap_or(1)
             .clamp(1, STREAMS),
     };
-    let mut sinks = Vec::new();
     let mut groups: Vec<Vec<StreamIn>> = (0..harts).map(|_| Vec::new()).collect();
     for k in 0..STREAMS {
-        let (tx, rx) = tess_channel::Channel::pair(&opts)?;
-        sinks.push(rx);
+        let sink = connect_display(sched.t0_ns)?;
         let mut conn = Conn::open(to, service, k as u8)?;
         // A thread of its own sleeps in read until data comes; a thread serving several
         // streams polls them.
@@ -349,7 +353,7 @@ pub fn video(
             stream: k,
             conn,
             decoder: lib.decoder()?,
-            sink: tx,
+            sink,
             bytes: Vec::new(),
             frames: VecDeque::new(),
             open: true,
@@ -363,13 +367,14 @@ pub fn video(
             serve_streams(group, &cpu, &net, sched)
         }));
     }
-    let sink = std::thread::spawn(move || frame_sink(sinks, sched));
-    // The sink ends when every stream has hung up, or a grace period after the last release
-    // (a stream still held back then is counted with what arrived).
-    let mut out = sink
-        .join()
-        .map_err(|_| anyhow::anyhow!("the frame sink panicked"))?;
+    let mut out = VideoOut::default();
     for (j, t) in threads.into_iter().enumerate() {
+        // The threads end when their streams hang up, or a grace period after the last
+        // release; a thread still running a moment after that is stuck.
+        let give_up = sched.end_ns() + GRACE_NS + 2_000_000_000;
+        while !t.is_finished() && now_ns() < give_up {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         if !t.is_finished() {
             out.errors
                 .push(format!("stream thread {j}: still running at the end"));
@@ -382,6 +387,21 @@ pub fn video(
         }
     }
     Ok(out)
+}
+
+/// A stream's channel to the display, through tessd's nameserver. The display starts first,
+/// but it may not have registered yet: the name is asked for again until the streams' start
+/// `t0_ns` (the bench leaves seconds for that), then the last error is the answer.
+fn connect_display(t0_ns: u64) -> anyhow::Result<tess_channel::Endpoint> {
+    loop {
+        match tess_proto::ns::connect(DISPLAY_SERVICE) {
+            Ok((endpoint, _)) => return Ok(endpoint),
+            Err(e) if now_ns() >= t0_ns => {
+                anyhow::bail!("cannot reach the display ({DISPLAY_SERVICE}): {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
 }
 
 /// How the video cell's streams map to its threads.
@@ -534,70 +554,140 @@ fn serve_streams(
 /// How long after the last release the receivers wait for what is still on its way.
 pub const GRACE_NS: u64 = 3_000_000_000;
 
-/// The frame sink: takes every decoded frame's record off its stream's channel and counts it
-/// against its display deadline, until every stream has hung up.
-fn frame_sink(mut from: Vec<tess_channel::Endpoint>, sched: Schedule) -> VideoOut {
-    let mut out = VideoOut::default();
-    let (mut e2e, mut transfer, mut decode) = (Vec::new(), Vec::new(), Vec::new());
-    let mut open = vec![true; from.len()];
+/// The display: registers [`DISPLAY_SERVICE`] (open to the video cell's processes, and to root
+/// as every service is), takes every decoded frame's record off the channel of the stream that
+/// sent it and counts it against its display deadline, until all [`STREAMS`] streams have
+/// connected and hung up, or a grace period after the last release.
+pub fn display(sched: Schedule, video_cell: &str) -> anyhow::Result<VideoOut> {
+    let opts = tess_channel::ChannelOptions::for_max_message(Shown::LEN);
+    let access = tess_proto::ns::Access {
+        cells: vec![video_cell.to_string()],
+        ..Default::default()
+    };
+    let mut service = tess_proto::ns::Service::register(DISPLAY_SERVICE, access, &opts)
+        .map_err(|e| anyhow::anyhow!("registering {DISPLAY_SERVICE}: {e}"))?;
+    let mut tally = Tally::new(sched.t0_ns);
+    let mut from: Vec<tess_channel::Endpoint> = Vec::new();
+    let mut open: Vec<bool> = Vec::new();
     let mut buf = [0u8; 64];
-    while open.iter().any(|&o| o) && now_ns() < sched.end_ns() + GRACE_NS {
+    let all_gone = |from: &[tess_channel::Endpoint], open: &[bool]| {
+        from.len() >= STREAMS && open.iter().all(|&o| !o)
+    };
+    while !all_gone(&from, &open) && now_ns() < sched.end_ns() + GRACE_NS {
+        while client_waiting(&service)? {
+            let inc = service
+                .accept()
+                .map_err(|e| anyhow::anyhow!("accepting a stream: {e}"))?;
+            from.push(inc.endpoint);
+            open.push(true);
+        }
         let mut got = false;
         for (k, ep) in from.iter_mut().enumerate() {
-            if !open[k] {
-                continue;
-            }
-            loop {
+            while open[k] {
                 match ep.try_recv(&mut buf) {
                     Ok(n) => {
                         got = true;
-                        let Some(s) = Shown::decode(&buf[..n]) else {
-                            continue;
-                        };
-                        let Some(w) = window_of(s.release_ns, sched.t0_ns) else {
-                            continue;
-                        };
-                        let per_stream = |v: &mut Vec<Vec<u32>>| {
-                            let row = bump(v, w);
-                            row.resize(STREAMS, 0);
-                        };
-                        per_stream(&mut out.frames);
-                        per_stream(&mut out.on_time);
-                        let st = usize::from(s.stream).min(STREAMS - 1);
-                        out.frames[w][st] += 1;
-                        if s.done_ns <= s.release_ns + PLAYOUT_NS {
-                            out.on_time[w][st] += 1;
+                        if let Some(s) = Shown::decode(&buf[..n]) {
+                            tally.add(&s);
                         }
-                        e2e.push(s.done_ns.saturating_sub(s.release_ns));
-                        transfer.push(s.arrival_ns.saturating_sub(s.release_ns));
-                        decode.push(s.done_ns - s.arrival_ns);
                     }
                     Err(tess_channel::TryRecvError::Empty) => break,
-                    Err(_) => {
-                        open[k] = false;
-                        break;
-                    }
+                    Err(_) => open[k] = false,
                 }
             }
         }
         if !got {
-            // The records carry their own times: the sink need not be prompt, and a thread
-            // waking often counts as working for the cell's budget split (tessd's
-            // `threads::demand`) and takes an even share of it from the decoding thread.
+            // The records carry their own times: the display need not be prompt (a ring holds
+            // more than 100 ms of frames), and waking seldom keeps it off the shared hart.
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    // In ms; no frames at all give zeros (the run's frame counts say so; JSON has no NaN).
-    let ms = |v: &[u64]| {
-        let s = tess_bench::Summary::of_ns(v);
-        [s.median / 1e6, s.p99 / 1e6, s.max / 1e6]
+    let mut out = tally.finish();
+    if from.len() < STREAMS {
+        out.errors.push(format!(
+            "display: {} of {STREAMS} streams connected",
+            from.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// What the display counts: each frame in the 1 s window of its release, on time when decoded
+/// within [`PLAYOUT_NS`] of it, and the spread of its times.
+struct Tally {
+    t0_ns: u64,
+    out: VideoOut,
+    e2e: Vec<u64>,
+    transfer: Vec<u64>,
+    decode: Vec<u64>,
+}
+
+impl Tally {
+    fn new(t0_ns: u64) -> Tally {
+        Tally {
+            t0_ns,
+            out: VideoOut::default(),
+            e2e: Vec::new(),
+            transfer: Vec::new(),
+            decode: Vec::new(),
+        }
+    }
+
+    /// Counts one frame's record (one released before `t0` is not counted).
+    fn add(&mut self, s: &Shown) {
+        let Some(w) = window_of(s.release_ns, self.t0_ns) else {
+            return;
+        };
+        let out = &mut self.out;
+        for v in [&mut out.frames, &mut out.on_time] {
+            bump(v, w).resize(STREAMS, 0);
+        }
+        let st = usize::from(s.stream).min(STREAMS - 1);
+        out.frames[w][st] += 1;
+        if s.done_ns <= s.release_ns + PLAYOUT_NS {
+            out.on_time[w][st] += 1;
+        }
+        self.e2e.push(s.done_ns.saturating_sub(s.release_ns));
+        self.transfer
+            .push(s.arrival_ns.saturating_sub(s.release_ns));
+        self.decode.push(s.done_ns.saturating_sub(s.arrival_ns));
+    }
+
+    fn finish(mut self) -> VideoOut {
+        // In ms; no frames at all give zeros (the run's frame counts say so; JSON has no NaN).
+        let ms = |v: &[u64]| {
+            let s = tess_bench::Summary::of_ns(v);
+            [s.median / 1e6, s.p99 / 1e6, s.max / 1e6]
+        };
+        self.out.e2e_ms = ms(&self.e2e);
+        let [p50, p99, _] = ms(&self.transfer);
+        self.out.transfer_ms = [p50, p99];
+        let [p50, p99, _] = ms(&self.decode);
+        self.out.decode_ms = [p50, p99];
+        self.out
+    }
+}
+
+/// Whether a client waits on the service's registration connection (tessd pushed one).
+fn client_waiting(service: &tess_proto::ns::Service) -> anyhow::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: service.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
     };
-    out.e2e_ms = ms(&e2e);
-    let [p50, p99, _] = ms(&transfer);
-    out.transfer_ms = [p50, p99];
-    let [p50, p99, _] = ms(&decode);
-    out.decode_ms = [p50, p99];
-    out
+    // SAFETY: `pfd` is one valid pollfd for the duration of the call; timeout 0 never blocks.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    anyhow::ensure!(
+        n >= 0,
+        "polling the display's registration: {}",
+        std::io::Error::last_os_error()
+    );
+    anyhow::ensure!(
+        pfd.revents & (libc::POLLHUP | libc::POLLERR) == 0 || pfd.revents & libc::POLLIN != 0,
+        "tessd closed the display's registration"
+    );
+    Ok(pfd.revents & libc::POLLIN != 0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -824,6 +914,44 @@ mod tests {
         };
         assert_eq!(Shown::decode(&s.encode()), Some(s));
         assert_eq!(Shown::decode(&[0u8; 3]), None);
+    }
+
+    #[test]
+    fn the_display_counts_frames_by_release_window_against_the_deadline() {
+        let t0 = 1_000_000_000;
+        let mut t = Tally::new(t0);
+        let frame = |stream, release_ns, done_ns| Shown {
+            stream,
+            release_ns,
+            arrival_ns: release_ns + 1_000_000,
+            done_ns,
+        };
+        // window 0: stream 1 on time, stream 2 late; window 2: stream 1 exactly at the deadline
+        t.add(&frame(1, t0 + 10, t0 + 10 + PLAYOUT_NS / 2));
+        t.add(&frame(2, t0 + 20, t0 + 20 + PLAYOUT_NS + 1));
+        t.add(&frame(
+            1,
+            t0 + 2_500_000_000,
+            t0 + 2_500_000_000 + PLAYOUT_NS,
+        ));
+        // released before t0: not counted; a stream id out of range counts as the last stream
+        t.add(&frame(0, t0 - 1, t0 + 5));
+        t.add(&frame(200, t0 + 30, t0 + 40));
+        let out = t.finish();
+        assert_eq!(out.frames.len(), 3);
+        assert_eq!(out.frames[0][1], 1);
+        assert_eq!(out.frames[0][2], 1);
+        assert_eq!(out.frames[0][STREAMS - 1], 1);
+        assert_eq!(out.on_time[0][1], 1);
+        assert_eq!(out.on_time[0][2], 0, "late by 1 ns");
+        assert_eq!(out.frames[1].iter().sum::<u32>(), 0, "an empty window");
+        assert_eq!(out.on_time[2][1], 1, "at the deadline is on time");
+        assert_eq!(out.frames.iter().flatten().sum::<u32>(), 4);
+        assert!(
+            out.e2e_ms[2] > 100.0 && out.e2e_ms[2] < 100.1,
+            "{:?}",
+            out.e2e_ms
+        );
     }
 
     #[test]
