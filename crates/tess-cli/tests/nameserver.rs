@@ -196,3 +196,101 @@ fn rust_and_c_peers_find_each_other_by_name_with_access_rules() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// One frame's record as the conference bench's video streams send it to the display
+/// (`crates/tess-cli/src/bench/conference/display.rs`, `Shown`): the stream, then its release,
+/// arrival and decode-done times, little-endian ns.
+fn shown(stream: u8, release_ns: u64, arrival_ns: u64, done_ns: u64) -> Vec<u8> {
+    let mut b = vec![stream];
+    for t in [release_ns, arrival_ns, done_ns] {
+        b.extend_from_slice(&t.to_le_bytes());
+    }
+    b
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn the_conference_display_counts_what_streams_send_it_through_the_nameserver() {
+    const STREAMS: u8 = 9;
+    let d = Daemon::start();
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "conf-display",
+        "--policy",
+        "best-effort",
+        "--hart-ids",
+        "0",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let out = d.dir.path().join("display.json");
+    let t0 = tess_heartbeat::clock::now_ns() + 1_000_000_000;
+    let tess = common::tess_bin();
+    let mut display = Command::new(&tess)
+        .args(["run", "--cell", "conf-display", "--"])
+        .arg(&tess)
+        .args(["bench", "conference", "--role", "display", "--secs", "1"])
+        .args(["--t0", &t0.to_string(), "--out"])
+        .arg(&out)
+        .env("TESS_SOCKET", &d.socket)
+        .spawn()
+        .unwrap();
+    // Each stream connects by name (the display may not have registered yet), sends one
+    // frame on time and, stream 0 only, one late; then hangs up.
+    let mut ends = Vec::new();
+    let started = Instant::now();
+    for k in 0..STREAMS {
+        let ep = loop {
+            match tess_proto::ns::connect_via(&d.socket, "conf-display") {
+                Ok((ep, info)) => {
+                    assert_eq!(info.service.cell.as_deref(), Some("conf-display"));
+                    break ep;
+                }
+                Err(e) => {
+                    assert!(started.elapsed() < Duration::from_secs(20), "{e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        };
+        ends.push(ep);
+        let release = t0 + 10_000_000 * u64::from(k);
+        let ep = ends.last_mut().unwrap();
+        ep.send(&shown(k, release, release + 1_000_000, release + 5_000_000))
+            .unwrap();
+        if k == 0 {
+            let late = t0 + 1_500_000_000;
+            ep.send(&shown(0, late, late + 1_000_000, late + 200_000_000))
+                .unwrap();
+        }
+    }
+    drop(ends);
+    // All nine came and went: the display ends at its next drain, long before the grace
+    // period after the last release (3 s after t0 + 1 s) would end it.
+    let status = loop {
+        if let Some(s) = display.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the display did not end when every stream had hung up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let row = |w: usize, what: &str| -> Vec<u64> {
+        v[what][w]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {what}[{w}] in {v}"))
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(row(0, "frames"), vec![1; STREAMS as usize], "{v}");
+    assert_eq!(row(0, "on_time"), vec![1; STREAMS as usize], "{v}");
+    let mut late = vec![0; STREAMS as usize];
+    late[0] = 1;
+    assert_eq!(row(1, "frames"), late, "{v}");
+    assert_eq!(row(1, "on_time"), vec![0; STREAMS as usize], "{v}");
+    assert_eq!(v["errors"].as_array().map(Vec::len), Some(0), "{v}");
+}

@@ -214,6 +214,30 @@ impl Service {
         Ok(Incoming { client, endpoint })
     }
 
+    /// Whether a client is waiting, without blocking: [`accept`](Self::accept) will then not
+    /// wait. An error if tessd closed the registration (it stopped, or dropped the service):
+    /// the name is no longer this service's.
+    pub fn client_waiting(&self) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid pollfd for the duration of the call; timeout 0 never
+        // blocks.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "tessd closed the service's registration",
+            ));
+        }
+        Ok(pfd.revents & libc::POLLIN != 0)
+    }
+
     /// The registration connection, to poll for readability (a client is waiting).
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
@@ -222,7 +246,17 @@ impl Service {
 
 /// Connects to service `name`; returns the client's channel end and who serves it.
 pub fn connect(name: &str) -> Result<(Endpoint, NameInfo), ApiError> {
-    let mut stream = connect_daemon()?;
+    connect_via(&socket_path(), name)
+}
+
+/// [`connect`] through the tessd listening at `socket` (instead of `$TESS_SOCKET` or the
+/// default).
+pub fn connect_via(socket: &std::path::Path, name: &str) -> Result<(Endpoint, NameInfo), ApiError> {
+    let mut stream = UnixStream::connect(socket).map_err(|cause| ApiError::Unreachable {
+        path: socket.to_path_buf(),
+        cause,
+    })?;
+    handshake(&mut stream)?;
     let body = call(&mut stream, &Request::Connect { name: name.into() })?;
     let Body::Connected { service } = body else {
         return Err(ApiError::Unexpected(format!("{body:?}")));

@@ -5,7 +5,7 @@
 //! (libavcodec, one decoder per stream; one thread per hart of the cell polls its streams and
 //! decodes earliest release first, `roles::video`) and handed to the display, a frame sink
 //! in a cell of its own found through tessd's nameserver, over one channel per stream
-//! (`roles::display`); a parallel file indexer over real text in a second cell; a TCP
+//! (`display`); a parallel file indexer over real text in a second cell; a TCP
 //! bandwidth hog (a download as fast as the link allows) in a third. Every `--resize-every`
 //! seconds a resize happens: one stream switches to its large encoding (640x360, 800 kbit/s
 //! instead of 320x180, 200 kbit/s) or back, so one stream at most is large. The remote sites
@@ -42,6 +42,7 @@
 //! the broker's mean allocations. `--svg` plots allocations and frame rates over time (the
 //! paper's Fig. 7).
 
+mod display;
 mod roles;
 mod wire;
 
@@ -95,7 +96,7 @@ pub struct ConferenceArgs {
     /// stream: docs/broker.md, "The section 6.2 experiment").
     #[arg(long, value_enum, default_value = "hart")]
     pub video_threads: roles::VideoThreads,
-    /// Internal: the program to be (sender, video, hog, indexer).
+    /// Internal: the program to be (sender, display, video, hog, indexer).
     #[arg(long, hide = true)]
     pub role: Option<String>,
     /// Internal: start of the run, CLOCK_MONOTONIC ns.
@@ -116,7 +117,7 @@ const NET_CELL: &str = "conf-net";
 const VIDEO_CELL: &str = "conf-video";
 const INDEX_CELL: &str = "conf-index";
 const HOG_CELL: &str = "conf-hog";
-/// The display's cell: the frame sink as a service of its own (`roles::display`).
+/// The display's cell: the frame sink as a service of its own (module `display`).
 const DISPLAY_CELL: &str = "conf-display";
 const SERVICE_NAME: &str = "conf-net";
 const NETNS: &str = "tess-conf";
@@ -204,7 +205,7 @@ fn run_role(a: &ConferenceArgs, role: &str) -> anyhow::Result<Report> {
             sched,
             a.video_threads,
         )?)?,
-        "display" => serde_json::to_value(roles::display(sched, VIDEO_CELL)?)?,
+        "display" => serde_json::to_value(display::run(sched, VIDEO_CELL)?)?,
         "hog" => serde_json::to_value(roles::hog(need_addr()?, a.net_service.as_deref(), sched)?)?,
         "indexer" => serde_json::to_value(roles::indexer(sched)?)?,
         other => anyhow::bail!("unknown role {other:?} (sender, display, video, hog, indexer)"),
@@ -506,7 +507,7 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
         role_guards.push(spawn_role(env, role, c, t0, &svc, &envs)?);
     }
     // The broker's loop (pacora), and a sample of the allocations every second.
-    let end = sched.end_ns() + roles::GRACE_NS + 2_000_000_000;
+    let end = sched.end_ns() + roles::GRACE_NS + roles::WRAP_UP_NS;
     let mut trace = vec!["t_s,heartbeat,resource,rate,tau_ms,from,to,reason,note".to_string()];
     let mut next_sample = t0;
     while now_ns() < end {

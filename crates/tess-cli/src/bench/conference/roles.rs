@@ -7,16 +7,14 @@
 //! - `video`: the video cell. Its threads receive frames (through the network service, or a
 //!   kernel socket in the baseline), decode them with libavcodec, beat the cell's heartbeats
 //!   and hand a record of each frame to the display over a channel.
-//! - `display`: the frame sink, a service in a cell of its own (the paper's GUI service). It
-//!   registers with tessd's nameserver; each of the video cell's streams connects to it and
-//!   gets a shared-memory channel, over which it sends a record of every decoded frame. The
-//!   display counts each frame against its display deadline.
+//! - `display` (module `display`): the frame sink, a service in a cell of its own.
 //! - `hog`: the bandwidth hog, a download as fast as the link allows.
 //! - `indexer`: a parallel file indexer over real text (one thread per hart of its cell).
 //!
 //! Every role starts its work at the same instant `t0` (`CLOCK_MONOTONIC`, ns) and stops `secs`
 //! later; what it measured goes to `--out` as JSON, counted in 1 s windows from `t0`.
 
+use super::display::{self, Shown};
 use super::wire::{FrameHeader, Schedule, HEADER_LEN, HOG_HELLO, STREAMS};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -49,8 +47,6 @@ pub const INDEX_UNIT: usize = 64 * 1024;
 pub const HOG_CHUNK: usize = 64 * 1024;
 /// A target no cell meets: the hog and the indexer take what the others leave.
 const INSATIABLE: Duration = Duration::from_micros(1);
-/// The display's name at tessd's nameserver.
-pub const DISPLAY_SERVICE: &str = "conf-display";
 
 fn sleep_until(t_ns: u64) {
     let now = now_ns();
@@ -59,11 +55,11 @@ fn sleep_until(t_ns: u64) {
     }
 }
 
-fn window_of(t_ns: u64, t0: u64) -> Option<usize> {
+pub(super) fn window_of(t_ns: u64, t0: u64) -> Option<usize> {
     t_ns.checked_sub(t0).map(|d| (d / 1_000_000_000) as usize)
 }
 
-fn bump<T: Default + Clone>(v: &mut Vec<T>, w: usize) -> &mut T {
+pub(super) fn bump<T: Default + Clone>(v: &mut Vec<T>, w: usize) -> &mut T {
     if v.len() <= w {
         v.resize(w + 1, T::default());
     }
@@ -261,41 +257,8 @@ pub struct VideoOut {
     pub transfer_ms: [f64; 2],
     /// Received to decoded, ms: p50, p99.
     pub decode_ms: [f64; 2],
-    /// Errors of the stream threads.
+    /// Errors of the video cell's stream threads and of the display.
     pub errors: Vec<String>,
-}
-
-/// One decoded frame, as the frame sink receives it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Shown {
-    stream: u8,
-    release_ns: u64,
-    arrival_ns: u64,
-    done_ns: u64,
-}
-
-impl Shown {
-    const LEN: usize = 25;
-    fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[0] = self.stream;
-        b[1..9].copy_from_slice(&self.release_ns.to_le_bytes());
-        b[9..17].copy_from_slice(&self.arrival_ns.to_le_bytes());
-        b[17..25].copy_from_slice(&self.done_ns.to_le_bytes());
-        b
-    }
-    fn decode(b: &[u8]) -> Option<Shown> {
-        if b.len() != Self::LEN {
-            return None;
-        }
-        let u = |r: std::ops::Range<usize>| u64::from_le_bytes(b[r].try_into().expect("8 bytes"));
-        Some(Shown {
-            stream: b[0],
-            release_ns: u(1..9),
-            arrival_ns: u(9..17),
-            done_ns: u(17..25),
-        })
-    }
 }
 
 /// Receives and decodes the nine streams until the sender stops; returns the errors of its
@@ -339,7 +302,7 @@ pub fn video(
     };
     let mut groups: Vec<Vec<StreamIn>> = (0..harts).map(|_| Vec::new()).collect();
     for k in 0..STREAMS {
-        let sink = connect_display(sched.t0_ns)?;
+        let sink = display::connect(sched.t0_ns)?;
         let mut conn = Conn::open(to, service, k as u8)?;
         // A thread of its own sleeps in read until data comes; a thread serving several
         // streams polls them.
@@ -368,12 +331,13 @@ pub fn video(
         }));
     }
     let mut out = VideoOut::default();
+    // The threads end when their streams hang up, or a grace period after the last release; a
+    // thread still running half the wrap-up later is stuck, and the report must be written
+    // before the bench stops this process.
+    let give_up = sched.end_ns() + GRACE_NS + WRAP_UP_NS / 2;
     for (j, t) in threads.into_iter().enumerate() {
-        // The threads end when their streams hang up, or a grace period after the last
-        // release; a thread still running a moment after that is stuck.
-        let give_up = sched.end_ns() + GRACE_NS + 2_000_000_000;
         while !t.is_finished() && now_ns() < give_up {
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(200));
         }
         if !t.is_finished() {
             out.errors
@@ -387,21 +351,6 @@ pub fn video(
         }
     }
     Ok(out)
-}
-
-/// A stream's channel to the display, through tessd's nameserver. The display starts first,
-/// but it may not have registered yet: the name is asked for again until the streams' start
-/// `t0_ns` (the bench leaves seconds for that), then the last error is the answer.
-fn connect_display(t0_ns: u64) -> anyhow::Result<tess_channel::Endpoint> {
-    loop {
-        match tess_proto::ns::connect(DISPLAY_SERVICE) {
-            Ok((endpoint, _)) => return Ok(endpoint),
-            Err(e) if now_ns() >= t0_ns => {
-                anyhow::bail!("cannot reach the display ({DISPLAY_SERVICE}): {e}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
 }
 
 /// How the video cell's streams map to its threads.
@@ -535,10 +484,10 @@ fn serve_streams(
                 arrival_ns: arrival,
                 done_ns: done,
             };
-            // The sink drains every 100 ms; a ring full for a second means it died.
+            // The display drains every 100 ms; a ring full for a second means it died.
             s.sink
                 .send_timeout(&shown.encode(), Duration::from_secs(1))
-                .map_err(|e| anyhow::anyhow!("frame sink: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("display: {e}"))?;
             continue;
         }
         if streams.iter().all(|s| !s.open) || now_ns() > sched.end_ns() + GRACE_NS {
@@ -553,142 +502,9 @@ fn serve_streams(
 
 /// How long after the last release the receivers wait for what is still on its way.
 pub const GRACE_NS: u64 = 3_000_000_000;
-
-/// The display: registers [`DISPLAY_SERVICE`] (open to the video cell's processes, and to root
-/// as every service is), takes every decoded frame's record off the channel of the stream that
-/// sent it and counts it against its display deadline, until all [`STREAMS`] streams have
-/// connected and hung up, or a grace period after the last release.
-pub fn display(sched: Schedule, video_cell: &str) -> anyhow::Result<VideoOut> {
-    let opts = tess_channel::ChannelOptions::for_max_message(Shown::LEN);
-    let access = tess_proto::ns::Access {
-        cells: vec![video_cell.to_string()],
-        ..Default::default()
-    };
-    let mut service = tess_proto::ns::Service::register(DISPLAY_SERVICE, access, &opts)
-        .map_err(|e| anyhow::anyhow!("registering {DISPLAY_SERVICE}: {e}"))?;
-    let mut tally = Tally::new(sched.t0_ns);
-    let mut from: Vec<tess_channel::Endpoint> = Vec::new();
-    let mut open: Vec<bool> = Vec::new();
-    let mut buf = [0u8; 64];
-    let all_gone = |from: &[tess_channel::Endpoint], open: &[bool]| {
-        from.len() >= STREAMS && open.iter().all(|&o| !o)
-    };
-    while !all_gone(&from, &open) && now_ns() < sched.end_ns() + GRACE_NS {
-        while client_waiting(&service)? {
-            let inc = service
-                .accept()
-                .map_err(|e| anyhow::anyhow!("accepting a stream: {e}"))?;
-            from.push(inc.endpoint);
-            open.push(true);
-        }
-        let mut got = false;
-        for (k, ep) in from.iter_mut().enumerate() {
-            while open[k] {
-                match ep.try_recv(&mut buf) {
-                    Ok(n) => {
-                        got = true;
-                        if let Some(s) = Shown::decode(&buf[..n]) {
-                            tally.add(&s);
-                        }
-                    }
-                    Err(tess_channel::TryRecvError::Empty) => break,
-                    Err(_) => open[k] = false,
-                }
-            }
-        }
-        if !got {
-            // The records carry their own times: the display need not be prompt (a ring holds
-            // more than 100 ms of frames), and waking seldom keeps it off the shared hart.
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    let mut out = tally.finish();
-    if from.len() < STREAMS {
-        out.errors.push(format!(
-            "display: {} of {STREAMS} streams connected",
-            from.len()
-        ));
-    }
-    Ok(out)
-}
-
-/// What the display counts: each frame in the 1 s window of its release, on time when decoded
-/// within [`PLAYOUT_NS`] of it, and the spread of its times.
-struct Tally {
-    t0_ns: u64,
-    out: VideoOut,
-    e2e: Vec<u64>,
-    transfer: Vec<u64>,
-    decode: Vec<u64>,
-}
-
-impl Tally {
-    fn new(t0_ns: u64) -> Tally {
-        Tally {
-            t0_ns,
-            out: VideoOut::default(),
-            e2e: Vec::new(),
-            transfer: Vec::new(),
-            decode: Vec::new(),
-        }
-    }
-
-    /// Counts one frame's record (one released before `t0` is not counted).
-    fn add(&mut self, s: &Shown) {
-        let Some(w) = window_of(s.release_ns, self.t0_ns) else {
-            return;
-        };
-        let out = &mut self.out;
-        for v in [&mut out.frames, &mut out.on_time] {
-            bump(v, w).resize(STREAMS, 0);
-        }
-        let st = usize::from(s.stream).min(STREAMS - 1);
-        out.frames[w][st] += 1;
-        if s.done_ns <= s.release_ns + PLAYOUT_NS {
-            out.on_time[w][st] += 1;
-        }
-        self.e2e.push(s.done_ns.saturating_sub(s.release_ns));
-        self.transfer
-            .push(s.arrival_ns.saturating_sub(s.release_ns));
-        self.decode.push(s.done_ns.saturating_sub(s.arrival_ns));
-    }
-
-    fn finish(mut self) -> VideoOut {
-        // In ms; no frames at all give zeros (the run's frame counts say so; JSON has no NaN).
-        let ms = |v: &[u64]| {
-            let s = tess_bench::Summary::of_ns(v);
-            [s.median / 1e6, s.p99 / 1e6, s.max / 1e6]
-        };
-        self.out.e2e_ms = ms(&self.e2e);
-        let [p50, p99, _] = ms(&self.transfer);
-        self.out.transfer_ms = [p50, p99];
-        let [p50, p99, _] = ms(&self.decode);
-        self.out.decode_ms = [p50, p99];
-        self.out
-    }
-}
-
-/// Whether a client waits on the service's registration connection (tessd pushed one).
-fn client_waiting(service: &tess_proto::ns::Service) -> anyhow::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: service.as_fd().as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is one valid pollfd for the duration of the call; timeout 0 never blocks.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    anyhow::ensure!(
-        n >= 0,
-        "polling the display's registration: {}",
-        std::io::Error::last_os_error()
-    );
-    anyhow::ensure!(
-        pfd.revents & (libc::POLLHUP | libc::POLLERR) == 0 || pfd.revents & libc::POLLIN != 0,
-        "tessd closed the display's registration"
-    );
-    Ok(pfd.revents & libc::POLLIN != 0)
-}
+/// After the grace period, how long the bench waits for the roles to write their reports
+/// before it stops them.
+pub const WRAP_UP_NS: u64 = 2_000_000_000;
 
 // ---------------------------------------------------------------------------------------------
 // hog
@@ -903,56 +719,6 @@ pub fn indexer(sched: Schedule) -> anyhow::Result<IndexOut> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_shown_frame_round_trips_and_garbage_is_refused() {
-        let s = Shown {
-            stream: 3,
-            release_ns: 1,
-            arrival_ns: 2,
-            done_ns: u64::MAX,
-        };
-        assert_eq!(Shown::decode(&s.encode()), Some(s));
-        assert_eq!(Shown::decode(&[0u8; 3]), None);
-    }
-
-    #[test]
-    fn the_display_counts_frames_by_release_window_against_the_deadline() {
-        let t0 = 1_000_000_000;
-        let mut t = Tally::new(t0);
-        let frame = |stream, release_ns, done_ns| Shown {
-            stream,
-            release_ns,
-            arrival_ns: release_ns + 1_000_000,
-            done_ns,
-        };
-        // window 0: stream 1 on time, stream 2 late; window 2: stream 1 exactly at the deadline
-        t.add(&frame(1, t0 + 10, t0 + 10 + PLAYOUT_NS / 2));
-        t.add(&frame(2, t0 + 20, t0 + 20 + PLAYOUT_NS + 1));
-        t.add(&frame(
-            1,
-            t0 + 2_500_000_000,
-            t0 + 2_500_000_000 + PLAYOUT_NS,
-        ));
-        // released before t0: not counted; a stream id out of range counts as the last stream
-        t.add(&frame(0, t0 - 1, t0 + 5));
-        t.add(&frame(200, t0 + 30, t0 + 40));
-        let out = t.finish();
-        assert_eq!(out.frames.len(), 3);
-        assert_eq!(out.frames[0][1], 1);
-        assert_eq!(out.frames[0][2], 1);
-        assert_eq!(out.frames[0][STREAMS - 1], 1);
-        assert_eq!(out.on_time[0][1], 1);
-        assert_eq!(out.on_time[0][2], 0, "late by 1 ns");
-        assert_eq!(out.frames[1].iter().sum::<u32>(), 0, "an empty window");
-        assert_eq!(out.on_time[2][1], 1, "at the deadline is on time");
-        assert_eq!(out.frames.iter().flatten().sum::<u32>(), 4);
-        assert!(
-            out.e2e_ms[2] > 100.0 && out.e2e_ms[2] < 100.1,
-            "{:?}",
-            out.e2e_ms
-        );
-    }
 
     #[test]
     fn the_index_posts_each_term_once_per_document() {
