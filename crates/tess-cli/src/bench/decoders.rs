@@ -90,6 +90,11 @@ pub struct DecodersArgs {
     /// Decoding demand as a fraction of the capacity (the paper: about 0.85).
     #[arg(long, default_value_t = 0.85)]
     pub load: f64,
+    /// Period of the capacity, ms: the Pulse hart's reservation and the CFS threads' bandwidth
+    /// hand out `capacity x period` every period (default: the faster stream's frame period,
+    /// 1/60 s). The `dl` baseline keeps one reservation per thread at its frame period.
+    #[arg(long, value_name = "MS")]
+    pub cap_period_ms: Option<f64>,
     /// Clip cache (default $XDG_CACHE_HOME/tess/decoders, else ~/.cache/tess/decoders).
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
@@ -104,10 +109,25 @@ pub struct DecodersArgs {
 
 const CELL: &str = "decoders";
 const ANCHOR: &str = "decoders-anchor";
-/// Period of the capacity (the Pulse hart's reservation, the CFS bandwidth, the thief): the
-/// faster stream's frame period, 1/60 s. (1/30 s, the hyperperiod, was tried: the 60 fps
-/// stream then misses when its second frame of a period finds the budget spent.)
+/// Default period of the capacity (the Pulse hart's reservation, the CFS bandwidth, the
+/// thief; `--cap-period-ms`): the faster stream's frame period, 1/60 s. (1/30 s, the
+/// hyperperiod, was tried: the 60 fps stream then misses when its second frame of a period
+/// finds the budget spent.)
 const CAP_PERIOD_NS: u64 = 16_666_666;
+
+/// The capacity period `--cap-period-ms` asks for, in ns (0.5 ms to 1/30 s).
+fn cap_period_ns(a: &DecodersArgs) -> anyhow::Result<u64> {
+    match a.cap_period_ms {
+        None => Ok(CAP_PERIOD_NS),
+        Some(ms) => {
+            anyhow::ensure!(
+                (0.5..=1000.0 / 30.0).contains(&ms),
+                "--cap-period-ms must lie between 0.5 and 33.3 (the slower stream's frame period)"
+            );
+            Ok((ms * 1e6) as u64)
+        }
+    }
+}
 /// Seconds of each generated clip: longer than the default run, so a stream does not loop
 /// back to the clip's IDR frame while it is measured.
 const CLIP_SECS: u32 = 30;
@@ -171,6 +191,9 @@ struct Raw {
     cost_spread_ns: Vec<[f64; 4]>,
     demand: f64,
     capacity: f64,
+    /// Period of the capacity, ns.
+    #[serde(default)]
+    cap_period_ns: u64,
     /// Per variant (VARIANTS order), per stream (STREAMS order): latencies in ns.
     latency_ns: Vec<Vec<Vec<u64>>>,
     /// Per variant: CPU time the decoding threads (or the Pulse hart) used, as a fraction of
@@ -462,7 +485,7 @@ fn sleep_until(wait: Wait, at: u64) {
 }
 
 /// The capacity thief: `SCHED_FIFO` 99 on the hart, spinning the first `(1 - capacity)` of
-/// every `CAP_PERIOD_NS` until `stop`.
+/// every `period` ns until `stop`.
 struct Thief {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     handle: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
@@ -472,14 +495,14 @@ impl Thief {
     /// Starts the thief: with `deadline`, a spinning `SCHED_DEADLINE` thread with runtime
     /// `(1 - capacity) * CAP_PERIOD` every `CAP_PERIOD` (needs the hart to be a root domain of
     /// its own); else `SCHED_FIFO` 99 spinning the first `(1 - capacity)` of every period.
-    fn start(capacity: f64, deadline: bool) -> Thief {
+    fn start(capacity: f64, period: u64, deadline: bool) -> Thief {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let busy = ((1.0 - capacity).clamp(0.0, 1.0) * CAP_PERIOD_NS as f64) as u64;
+        let busy = ((1.0 - capacity).clamp(0.0, 1.0) * period as f64) as u64;
         let handle = std::thread::spawn(move || {
             if deadline {
-                let p = Duration::from_nanos(CAP_PERIOD_NS);
+                let p = Duration::from_nanos(period);
                 attr::set_policy(
                     0,
                     attr::Policy::Deadline {
@@ -495,16 +518,16 @@ impl Thief {
                 return Ok(());
             }
             attr::set_policy(0, attr::Policy::Fifo { priority: 99 }, 0)?;
-            let mut t = clock::now_ns().div_ceil(CAP_PERIOD_NS) * CAP_PERIOD_NS;
+            let mut t = clock::now_ns().div_ceil(period) * period;
             while !s.load(Ordering::Relaxed) {
                 clock::sleep_until_ns(t);
                 while clock::now_ns() < t + busy {
                     std::hint::spin_loop();
                 }
-                t += CAP_PERIOD_NS;
+                t += period;
                 let now = clock::now_ns();
                 if t < now {
-                    t = now.div_ceil(CAP_PERIOD_NS) * CAP_PERIOD_NS;
+                    t = now.div_ceil(period) * period;
                 }
             }
             Ok(())
@@ -535,7 +558,7 @@ impl Drop for Thief {
 }
 
 /// A CFS bandwidth limit of its own for the CFS decode threads: a cgroup (v1 `cpu` hierarchy,
-/// or v2) with quota = capacity x `CAP_PERIOD_NS`; each thread moves itself in (`tasks` in v1,
+/// or v2) with quota = capacity x `period` ns per `period`; each thread moves itself in (`tasks` in v1,
 /// per thread). Removed afterwards.
 struct CfsLimit {
     dir: PathBuf,
@@ -543,8 +566,8 @@ struct CfsLimit {
 }
 
 impl CfsLimit {
-    fn create(capacity: f64) -> anyhow::Result<CfsLimit> {
-        let period_us = CAP_PERIOD_NS / 1000;
+    fn create(capacity: f64, period: u64) -> anyhow::Result<CfsLimit> {
+        let period_us = period / 1000;
         let quota_us = (capacity * period_us as f64).round() as u64;
         let name = format!("tess-bench-decoders-{}", std::process::id());
         let v1 = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_period_us").exists();
@@ -593,6 +616,8 @@ struct Setup {
     cost_ns: Vec<f64>,
     capacity: f64,
     load: f64,
+    /// Period of the capacity, ns.
+    cap_period_ns: u64,
 }
 
 fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
@@ -613,7 +638,8 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
     // The hart's reservation, set by the first thread that runs (on the hart's kernel thread).
     let reserved = std::sync::Arc::new(std::sync::Once::new());
     let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
-    let runtime = (s.capacity * CAP_PERIOD_NS as f64) as u64;
+    let runtime = (s.capacity * s.cap_period_ns as f64) as u64;
+    let cap_period = s.cap_period_ns;
     for (i, st) in STREAMS.iter().enumerate() {
         let dec = avcodec_lib()?.decoder()?;
         let units = s.units[i].clone();
@@ -638,7 +664,7 @@ fn run_pulse(s: &Setup, edf: bool, reserve: bool) -> anyhow::Result<Run> {
                     // preempted thread (one hart).
                     tess_pulse::without_ticks(|| {
                         reserved.call_once(|| {
-                            let p = Duration::from_nanos(CAP_PERIOD_NS);
+                            let p = Duration::from_nanos(cap_period);
                             let pol = attr::Policy::Deadline {
                                 runtime: Duration::from_nanos(runtime),
                                 deadline: p,
@@ -828,7 +854,9 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
         cost_ns: cost_ns.clone(),
         capacity,
         load: demand / capacity,
+        cap_period_ns: cap_period_ns(a)?,
     };
+    raw.cap_period_ns = setup.cap_period_ns;
     // In the cell (the hart a root domain of its own) the Pulse hart is a SCHED_DEADLINE
     // reservation of the capacity, and the CFS threads get it as a CFS bandwidth limit of
     // their own cgroup; without a cell, a SCHED_FIFO 99 thief leaves it to Pulse and CFS alike.
@@ -839,11 +867,11 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
             "dl" => run_linux(&setup, None, true, raw.dl_pinned)?,
             "edf" | "grr" if reserve => run_pulse(&setup, name == "edf", true)?,
             "cfs" if reserve => {
-                let limit = CfsLimit::create(setup.capacity)?;
+                let limit = CfsLimit::create(setup.capacity, setup.cap_period_ns)?;
                 run_linux(&setup, Some(&limit.tasks), false, true)?
             }
             _ => {
-                let thief = Thief::start(setup.capacity, false);
+                let thief = Thief::start(setup.capacity, setup.cap_period_ns, false);
                 let r = match name {
                     "edf" => run_pulse(&setup, true, false),
                     "grr" => run_pulse(&setup, false, false),
@@ -886,6 +914,10 @@ fn in_cell(a: &DecodersArgs) -> anyhow::Result<Raw> {
         .args(["bench", "decoders", "--worker"])
         .arg(format!("--hart={hart}"))
         .arg(format!("--load={}", a.load))
+        .arg(format!(
+            "--cap-period-ms={}",
+            cap_period_ns(a)? as f64 / 1e6
+        ))
         .arg("--cache")
         .arg(cache_dir(a));
     if let Some(secs) = a.secs {
@@ -1012,6 +1044,7 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
     }
     r.figure("demand", raw.demand);
     r.figure("capacity", raw.capacity);
+    r.figure("cap_period_ms", raw.cap_period_ns as f64 / 1e6);
     r.figure("load", raw.demand / raw.capacity);
     r.figure("hart", raw.hart as f64);
     let (e60, e30) = (miss[&("edf", "60")], miss[&("edf", "30")]);
@@ -1069,12 +1102,15 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
              {p:.2} ms every {p:.2} ms); cfs: the two threads in a cgroup of their own with CFS \
              bandwidth capacity x {p:.2} ms per {p:.2} ms; dl: runtime = mean cost / load per \
              frame period for each thread (the sum is the capacity)",
-            p = CAP_PERIOD_NS as f64 / 1e6
+            p = raw.cap_period_ns as f64 / 1e6
         )
     } else {
-        "capacity: a SCHED_FIFO 99 thread on the hart spins (1 - capacity) of every 1/60 s \
-         under edf/grr/cfs; dl: runtime = mean cost / load per frame period for each thread"
-            .to_string()
+        format!(
+            "capacity: a SCHED_FIFO 99 thread on the hart spins (1 - capacity) of every {:.2} \
+             ms under edf/grr/cfs; dl: runtime = mean cost / load per frame period for each \
+             thread",
+            raw.cap_period_ns as f64 / 1e6
+        )
     });
     notes.push(if raw.in_cell {
         "ran in a best-effort cell on the hart (plus an event-triggered anchor cell so the hart is \
