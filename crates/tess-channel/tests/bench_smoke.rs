@@ -27,6 +27,7 @@ fn quick_bench_reports_every_figure() {
     let mut names = vec![
         "rtt_block_median_ns_512".to_string(),
         "flag_rtt_median_ns".into(),
+        "flag_rtt_after_median_ns".into(),
         "futex_rtt_median_ns".into(),
         "futex_always_wake_rtt_median_ns".into(),
         "uds_rtt_median_ns_512".into(),
