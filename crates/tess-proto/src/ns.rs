@@ -164,10 +164,11 @@ fn call(stream: &mut UnixStream, req: &Request) -> Result<Body, ApiError> {
     }
 }
 
-fn connect_daemon() -> Result<UnixStream, ApiError> {
-    let path = socket_path();
-    let mut s =
-        UnixStream::connect(&path).map_err(|cause| ApiError::Unreachable { path, cause })?;
+fn connect_daemon(path: &std::path::Path) -> Result<UnixStream, ApiError> {
+    let mut s = UnixStream::connect(path).map_err(|cause| ApiError::Unreachable {
+        path: path.to_path_buf(),
+        cause,
+    })?;
     handshake(&mut s)?;
     Ok(s)
 }
@@ -186,7 +187,7 @@ impl Service {
         access: Access,
         channel: &ChannelOptions,
     ) -> Result<Service, ApiError> {
-        let mut stream = connect_daemon()?;
+        let mut stream = connect_daemon(&socket_path())?;
         call(
             &mut stream,
             &Request::Register {
@@ -252,11 +253,7 @@ pub fn connect(name: &str) -> Result<(Endpoint, NameInfo), ApiError> {
 /// [`connect`] through the tessd listening at `socket` (instead of `$TESS_SOCKET` or the
 /// default).
 pub fn connect_via(socket: &std::path::Path, name: &str) -> Result<(Endpoint, NameInfo), ApiError> {
-    let mut stream = UnixStream::connect(socket).map_err(|cause| ApiError::Unreachable {
-        path: socket.to_path_buf(),
-        cause,
-    })?;
-    handshake(&mut stream)?;
+    let mut stream = connect_daemon(socket)?;
     let body = call(&mut stream, &Request::Connect { name: name.into() })?;
     let Body::Connected { service } = body else {
         return Err(ApiError::Unexpected(format!("{body:?}")));

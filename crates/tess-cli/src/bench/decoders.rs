@@ -493,8 +493,8 @@ struct Thief {
 
 impl Thief {
     /// Starts the thief: with `deadline`, a spinning `SCHED_DEADLINE` thread with runtime
-    /// `(1 - capacity) * CAP_PERIOD` every `CAP_PERIOD` (needs the hart to be a root domain of
-    /// its own); else `SCHED_FIFO` 99 spinning the first `(1 - capacity)` of every period.
+    /// `(1 - capacity) * period` every `period` ns (needs the hart to be a root domain of its
+    /// own); else `SCHED_FIFO` 99 spinning the first `(1 - capacity)` of every period.
     fn start(capacity: f64, period: u64, deadline: bool) -> Thief {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
@@ -558,8 +558,8 @@ impl Drop for Thief {
 }
 
 /// A CFS bandwidth limit of its own for the CFS decode threads: a cgroup (v1 `cpu` hierarchy,
-/// or v2) with quota = capacity x `period` ns per `period`; each thread moves itself in (`tasks` in v1,
-/// per thread). Removed afterwards.
+/// or v2) with quota = capacity x `period` ns per `period`; each thread moves itself in
+/// (`tasks` in v1, per thread). Removed afterwards.
 struct CfsLimit {
     dir: PathBuf,
     tasks: PathBuf,

@@ -82,8 +82,6 @@ pub fn run(sched: Schedule, video_cell: &str) -> anyhow::Result<VideoOut> {
     let mut tally = Tally::new(sched.t0_ns);
     let mut from: Vec<tess_channel::Endpoint> = Vec::new();
     let mut open: Vec<bool> = Vec::new();
-    // Per stream: drained once more after its peer was found dead.
-    let mut drained: Vec<bool> = Vec::new();
     let mut errors = Vec::new();
     let mut buf = [0u8; 64];
     let all_gone = |from: &[tess_channel::Endpoint], open: &[bool]| {
@@ -99,10 +97,13 @@ pub fn run(sched: Schedule, video_cell: &str) -> anyhow::Result<VideoOut> {
                 .map_err(|e| anyhow::anyhow!("{DISPLAY_SERVICE}: accepting a stream: {e}"))?;
             from.push(inc.endpoint);
             open.push(true);
-            drained.push(false);
         }
         let mut got = false;
         for (k, ep) in from.iter_mut().enumerate() {
+            // A peer that died without closing its end (killed, crashed) is seen by its
+            // liveness socket. Asked before draining: all a dead peer sent is in the ring
+            // already, so its channel is done when the drain finds it empty.
+            let alive = open[k] && ep.is_peer_alive();
             while open[k] {
                 match ep.try_recv(&mut buf) {
                     Ok(n) => {
@@ -111,10 +112,7 @@ pub fn run(sched: Schedule, video_cell: &str) -> anyhow::Result<VideoOut> {
                             tally.add(&s);
                         }
                     }
-                    // A peer that died without closing its end (killed, crashed) is seen
-                    // by its liveness socket; what it sent before is drained first.
-                    Err(tess_channel::TryRecvError::Empty) if ep.is_peer_alive() => break,
-                    Err(tess_channel::TryRecvError::Empty) if !drained[k] => drained[k] = true,
+                    Err(tess_channel::TryRecvError::Empty) if alive => break,
                     Err(tess_channel::TryRecvError::Empty) => open[k] = false,
                     Err(tess_channel::TryRecvError::Corrupted(e)) => {
                         errors.push(format!("display: stream channel {k}: {e}"));
