@@ -31,8 +31,11 @@
 //! ```
 //!
 //! With PACORA, network bandwidth is a second resource: a heartbeat named `NAME.net` measures
-//! the cell's network flow, and the broker divides the network service's link among the cells
-//! that beat one (each gets its share as the reservation and the limit of its flow, in Mbit/s):
+//! the cell's network flow, and the broker divides the network service's link among the flows
+//! that beat one (each gets its share as the reservation and the limit of its flow, in Mbit/s).
+//! A heartbeat named `NAME@LABEL.net` measures the cell's labelled flow `LABEL` (its sockets
+//! opened with that flow label, `tess_net_client::Net::flow`): a cell with several streams
+//! beats one per stream, and each stream gets a share of its own.
 //!
 //! ```toml
 //! [network]
@@ -41,9 +44,12 @@
 //! margin = 0.25          # flows are sized for target x (1 + margin) (default: [pacora] margin)
 //!
 //! [cells."video.net"]    # limits of cell video's flow, Mbit/s (default floor 0.05, ceiling: capacity)
-//! floor = 0.1
+//! floor = 0.1            # (and of each of its labelled flows that has no section of its own)
 //! initial = 2.0          # its share until the first decision (default: the floor)
 //! slope = 10
+//!
+//! [cells."video/s3.net"] # limits of cell video's flow labelled s3
+//! floor = 0.2
 //! ```
 
 use crate::pacora::policy::{DecideOn, PacoraConfig};
@@ -265,25 +271,36 @@ impl Config {
         })
     }
 
-    /// The share cell `cell`'s flow starts with, Mbit/s.
-    pub fn flow_initial(&self, cell: &str) -> f64 {
-        let (floor, ceiling) = self.flow_limits(cell);
-        self.cells
-            .get(&format!("{cell}{}", crate::service::NET_SUFFIX))
+    /// The share flow `flow` (`CELL`, or `CELL/LABEL` for a labelled flow) starts with, Mbit/s.
+    pub fn flow_initial(&self, flow: &str) -> f64 {
+        let (floor, ceiling) = self.flow_limits(flow);
+        self.flow_section(flow)
             .and_then(|l| l.initial)
             .map_or(floor, |i| i.clamp(floor, ceiling))
     }
 
-    /// Floor and ceiling of cell `cell`'s flow (`[cells."CELL.net"]`), Mbit/s.
-    pub fn flow_limits(&self, cell: &str) -> (f64, f64) {
+    /// Floor and ceiling of flow `flow` (`[cells."CELL.net"]`, `[cells."CELL/LABEL.net"]`),
+    /// Mbit/s.
+    pub fn flow_limits(&self, flow: &str) -> (f64, f64) {
         let cap = self.network.as_ref().map_or(f64::INFINITY, |n| n.capacity);
-        let l = self
-            .cells
-            .get(&format!("{cell}{}", crate::service::NET_SUFFIX))
-            .copied()
-            .unwrap_or_default();
+        let l = self.flow_section(flow).copied().unwrap_or_default();
         let ceiling = l.ceiling.unwrap_or(cap).min(cap);
         (l.floor.unwrap_or(0.05).min(ceiling), ceiling)
+    }
+
+    /// PACORA's penalty slope for flow `flow`.
+    pub fn flow_slope(&self, flow: &str) -> f64 {
+        self.flow_section(flow).and_then(|l| l.slope).unwrap_or(1.0)
+    }
+
+    /// The section of flow `flow`: `[cells."CELL/LABEL.net"]` for a labelled flow if there is
+    /// one, else its cell's `[cells."CELL.net"]` (the limits of each of the cell's flows).
+    fn flow_section(&self, flow: &str) -> Option<&CellLimits> {
+        let net = crate::service::NET_SUFFIX;
+        self.cells.get(&format!("{flow}{net}")).or_else(|| {
+            let (cell, _label) = flow.split_once('/')?;
+            self.cells.get(&format!("{cell}{net}"))
+        })
     }
 
     /// PACORA's penalty slope for `cell`.
@@ -369,14 +386,20 @@ mod tests {
     #[test]
     fn a_network_pool_needs_pacora_and_a_capacity() {
         let c = Config::parse(
-            "policy = \"pacora\"\n[network]\nservice = \"conf-net\"\ncapacity = 20\n[cells.\"video.net\"]\nfloor = 0.5\nslope = 10\n",
+            "policy = \"pacora\"\n[network]\nservice = \"conf-net\"\ncapacity = 20\n[cells.\"video.net\"]\nfloor = 0.5\nslope = 10\n[cells.\"video/s3.net\"]\nfloor = 0.2\n",
         )
         .unwrap();
         let n = c.network.as_ref().unwrap();
         assert_eq!((n.service.as_str(), n.capacity), ("conf-net", 20.0));
         assert_eq!(c.flow_limits("video"), (0.5, 20.0));
         assert_eq!(c.flow_limits("hog"), (0.05, 20.0));
-        assert_eq!(c.slope("video.net"), 10.0);
+        assert_eq!(c.flow_slope("video"), 10.0);
+        // A labelled flow has its own section, or takes its cell's.
+        assert_eq!(c.flow_limits("video/s3"), (0.2, 20.0));
+        assert_eq!(c.flow_slope("video/s3"), 1.0);
+        assert_eq!(c.flow_limits("video/s4"), (0.5, 20.0));
+        assert_eq!(c.flow_slope("video/s4"), 10.0);
+        assert_eq!(c.flow_limits("hog/s4"), (0.05, 20.0));
         assert_eq!(c.network_pacora().unwrap().capacity, Some(20.0));
         assert!(Config::parse("policy = \"pacora\"\n[network]\ncapacity = 0\n").is_err());
         assert!(Config::parse("policy = \"pacora\"\n[network]\nservice = \"x\"\n").is_err());

@@ -15,9 +15,11 @@
 //! re-register when the broker restarts; the models are re-learned within a few periods.
 //!
 //! With PACORA and a `[network]` section, network bandwidth is a second resource: a heartbeat
-//! named `CELL-HEARTBEAT.net` ([`NET_SUFFIX`]) measures the cell's flow at the network service,
-//! the flows share the configured link (a PACORA pool of its own, in Mbit/s), and a flow's share
-//! becomes its reservation and its limit ([`Flows`]).
+//! named `NAME.net` ([`NET_SUFFIX`]) measures the cell's flow at the network service, one named
+//! `NAME@LABEL.net` its labelled flow `LABEL` ([`flow_label`]; a cell gives each of its
+//! streams a flow and a heartbeat of its own), the flows share the configured link (a PACORA
+//! pool of its own, in Mbit/s), and a flow's share becomes its reservation and its limit
+//! ([`Flows`]).
 
 use crate::config::{Config, Policy};
 use crate::pacora::policy::{Allocation, CellView, Pacora};
@@ -65,12 +67,30 @@ impl Resource {
     }
 }
 
-/// How the broker sets a cell's flow at the network service.
+/// Separates a flow heartbeat's name from the label of the flow it measures.
+pub const FLOW_LABEL_SEPARATOR: char = '@';
+
+/// The flow label a network heartbeat names: `None` for `NAME.net` (the cell's own flow),
+/// `Some(LABEL)` for `NAME@LABEL.net`; an error for a label the network service would refuse.
+pub fn flow_label(heartbeat: &str) -> Result<Option<&str>, String> {
+    let stem = heartbeat.strip_suffix(NET_SUFFIX).unwrap_or(heartbeat);
+    match stem.rsplit_once(FLOW_LABEL_SEPARATOR) {
+        None => Ok(None),
+        Some((_, label)) if tess_net_client::qos::valid_flow_label(label) => Ok(Some(label)),
+        Some((_, label)) => Err(format!(
+            "heartbeat '{heartbeat}' names flow label {label:?}, which is not 1 to {} characters of A-Z a-z 0-9 _ . -",
+            tess_net_client::qos::MAX_FLOW_LABEL
+        )),
+    }
+}
+
+/// How the broker sets a flow at the network service. A flow is named `CELL` (the cell's own
+/// flow, key `cell:CELL` at the service) or `CELL/LABEL` (a labelled flow, `cell:CELL/LABEL`).
 pub trait Flows {
-    /// Gives cell `cell`'s flow `mbps` Mbit/s as its reservation and its limit.
-    fn set(&mut self, cell: &str, mbps: f64) -> anyhow::Result<()>;
-    /// Makes cell `cell`'s flow best effort again (its heartbeat is gone).
-    fn clear(&mut self, cell: &str) -> anyhow::Result<()>;
+    /// Gives flow `flow` `mbps` Mbit/s as its reservation and its limit.
+    fn set(&mut self, flow: &str, mbps: f64) -> anyhow::Result<()>;
+    /// Makes flow `flow` best effort again (its heartbeat is gone).
+    fn clear(&mut self, flow: &str) -> anyhow::Result<()>;
 }
 
 /// [`Flows`] through a network service's QoS interface (connected lazily, and again after a
@@ -141,7 +161,7 @@ impl std::fmt::Debug for NetService {
 }
 
 impl Flows for NetService {
-    fn set(&mut self, cell: &str, mbps: f64) -> anyhow::Result<()> {
+    fn set(&mut self, flow: &str, mbps: f64) -> anyhow::Result<()> {
         use tess_net_client::{qos::flow_key, ControlRequest, QosSpec, Throughput};
         let rate = Throughput::bits((mbps * 1e6).round() as u64);
         let spec = QosSpec {
@@ -150,14 +170,14 @@ impl Flows for NetService {
             ..QosSpec::default()
         };
         self.call(&ControlRequest::Set {
-            flow: flow_key(Some(cell), 0),
+            flow: flow_key(Some(flow), 0, None),
             spec,
         })
     }
 
-    fn clear(&mut self, cell: &str) -> anyhow::Result<()> {
+    fn clear(&mut self, flow: &str) -> anyhow::Result<()> {
         self.call(&tess_net_client::ControlRequest::Clear {
-            flow: tess_net_client::qos::flow_key(Some(cell), 0),
+            flow: tess_net_client::qos::flow_key(Some(flow), 0, None),
         })
     }
 }
@@ -277,6 +297,9 @@ fn record(b: &mut Brokered, rate: f64, from: f64, to: f64, reason: &str, note: S
 #[derive(Debug)]
 struct Brokered {
     cell: String,
+    /// What its allocation is of, by name: the cell for CPU; for the network the flow, `CELL`
+    /// or `CELL/LABEL` (the name in its pool, and at the network service).
+    key: String,
     resource: Resource,
     pid: i32,
     conn: UnixStream,
@@ -384,16 +407,29 @@ impl<C: Cells> Broker<C> {
             );
             return self.refuse(&inc.conn, why);
         }
+        let key = match resource {
+            Resource::Cpu => cell.clone(),
+            Resource::Net => match flow_label(&inc.hello.name) {
+                Ok(None) => cell.clone(),
+                Ok(Some(label)) => format!("{cell}/{label}"),
+                Err(why) => return self.refuse(&inc.conn, why),
+            },
+        };
         if let Some(b) = self
             .brokered
             .iter()
-            .find(|b| b.cell == cell && b.resource == resource)
+            .find(|b| b.key == key && b.resource == resource)
         {
-            let why = format!(
-                "cell '{cell}' already has {} heartbeat '{}'",
-                resource.name(),
-                b.status.heartbeat
-            );
+            let why = match resource {
+                Resource::Cpu => format!(
+                    "cell '{cell}' already has cpu heartbeat '{}'",
+                    b.status.heartbeat
+                ),
+                Resource::Net => format!(
+                    "flow '{key}' already has heartbeat '{}'",
+                    b.status.heartbeat
+                ),
+            };
             return self.refuse(&inc.conn, why);
         }
         let reader = match HeartbeatReader::open(inc.fd) {
@@ -413,16 +449,18 @@ impl<C: Cells> Broker<C> {
             Resource::Net => "hb-net-",
         };
         let published =
-            tess_stats::Publisher::try_create(&tess_stats::runtime_name(prefix, &cell), None);
+            tess_stats::Publisher::try_create(&tess_stats::runtime_name(prefix, &key), None);
         self.brokered.push(Brokered {
             status: CellStatus {
                 cell: cell.clone(),
                 heartbeat: reader.name().to_string(),
                 pid: inc.pid,
                 resource: resource.name().into(),
+                flow: (resource == Resource::Net).then(|| key.clone()),
                 ..Default::default()
             },
             resource,
+            key,
             cell,
             pid: inc.pid,
             conn: inc.conn,
@@ -435,8 +473,8 @@ impl<C: Cells> Broker<C> {
         if resource == Resource::Net {
             // The flow's first period is measured at a share the broker set.
             let i = self.brokered.len() - 1;
-            let cell = &self.brokered[i].cell;
-            let (floor, ceiling) = self.config.flow_limits(cell);
+            let flow = &self.brokered[i].key;
+            let (floor, ceiling) = self.config.flow_limits(flow);
             // Never more than the other flows leave of the pool.
             let others: f64 = self
                 .brokered
@@ -447,7 +485,7 @@ impl<C: Cells> Broker<C> {
             let capacity = self.config.network.as_ref().map_or(0.0, |n| n.capacity);
             let initial = self
                 .config
-                .flow_initial(cell)
+                .flow_initial(flow)
                 .min((capacity - others).max(0.0));
             self.brokered[i].status.floor = floor;
             self.brokered[i].status.ceiling = ceiling;
@@ -455,17 +493,17 @@ impl<C: Cells> Broker<C> {
         }
     }
 
-    /// Gives heartbeat `i`'s cell's flow `to` Mbit/s; a refusal leaves the share in force.
+    /// Gives heartbeat `i`'s flow `to` Mbit/s; a refusal leaves the share in force.
     fn set_flow(&mut self, i: usize, rate: f64, to: f64, reason: &str, note: String) {
         let Some((pacora, flows)) = self.network.as_mut() else {
             return;
         };
         let b = &mut self.brokered[i];
         let from = b.status.share;
-        match flows.set(&b.cell, to) {
+        match flows.set(&b.key, to) {
             Ok(()) => {
                 b.status.share = to;
-                pacora.applied(&b.cell, to);
+                pacora.applied(&b.key, to);
                 record(b, rate, from, to, reason, note);
             }
             Err(e) => {
@@ -484,17 +522,17 @@ impl<C: Cells> Broker<C> {
             let mut buf = [0u8; 16];
             let alive = !matches!((&b.conn).read(&mut buf), Ok(0));
             if !alive && b.resource == Resource::Net {
-                gone_flows.push(b.cell.clone());
+                gone_flows.push(b.key.clone());
             }
             alive
         });
         // A flow whose heartbeat is gone gives its reservation back to the service, so that
         // what the pool counts as free is free there too.
         if let Some((_, flows)) = self.network.as_mut() {
-            for cell in gone_flows {
-                if let Err(e) = flows.clear(&cell) {
+            for flow in gone_flows {
+                if let Err(e) = flows.clear(&flow) {
                     self.refused
-                        .push_back(format!("clearing cell {cell}'s flow: {e:#}"));
+                        .push_back(format!("clearing flow {flow}: {e:#}"));
                     if self.refused.len() > KEEP_DECISIONS {
                         self.refused.pop_front();
                     }
@@ -552,8 +590,7 @@ impl<C: Cells> Broker<C> {
             .map(|beat| beat.value)
             .filter(|&v| v > 0)
             .collect();
-        let mean = (!values.is_empty())
-            .then(|| values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64);
+        let mean = demand_of(&values);
         b.status.measured_value = mean;
         b.status.measured_tau_ms = match b.resource {
             // The unit's CPU time at the share in force.
@@ -667,7 +704,7 @@ impl<C: Cells> Broker<C> {
             self.brokered
                 .iter()
                 .filter(|b| b.resource == r)
-                .map(|b| b.cell.clone())
+                .map(|b| b.key.clone())
                 .collect()
         };
         let (cpu_names, net_names) = (present(Resource::Cpu), present(Resource::Net));
@@ -787,10 +824,8 @@ impl<C: Cells> Broker<C> {
     /// Heartbeat `i`'s flow as PACORA sees it, or `None` (recorded why) when it has no target.
     /// A flow heartbeat's value is the unit's size in bytes ([`demand_model`]).
     fn flow_view(&mut self, i: usize, rate: f64, bytes: Option<f64>) -> Option<CellView> {
-        let (floor, ceiling) = self.config.flow_limits(&self.brokered[i].cell);
-        let slope = self
-            .config
-            .slope(&format!("{}{NET_SUFFIX}", self.brokered[i].cell));
+        let (floor, ceiling) = self.config.flow_limits(&self.brokered[i].key);
+        let slope = self.config.flow_slope(&self.brokered[i].key);
         let b = &mut self.brokered[i];
         b.status.floor = floor;
         b.status.ceiling = ceiling;
@@ -808,7 +843,7 @@ impl<C: Cells> Broker<C> {
             .map(|m| m.eval(&[share]));
         b.status.measured_tau_ms = tau.map(|t| t * 1e3);
         Some(CellView {
-            cell: b.cell.clone(),
+            cell: b.key.clone(),
             share,
             rate,
             target_rate: target,
@@ -842,6 +877,21 @@ impl<C: Cells> Broker<C> {
                 .collect(),
         }
     }
+}
+
+/// The demand per unit a period's beat values say, in beat order: their mean, or the mean of
+/// the newer half if that is more. A demand that steps up within the period (a video stream
+/// resized to a larger encoding) is then sized for at once instead of as a mix of before and
+/// after, which would leave the cell a little above its new demand and slow to work off what
+/// queued meanwhile; a step down is followed a period later, when it fills the whole period.
+/// `None` if no beat carried a value.
+pub fn demand_of(values: &[u64]) -> Option<f64> {
+    let mean = |v: &[u64]| v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+    if values.is_empty() {
+        return None;
+    }
+    let newer = &values[values.len() / 2..];
+    Some(mean(values).max(mean(newer)))
 }
 
 /// The response-time function of a cell whose beats carry each unit's *demand* `w` on the
@@ -921,5 +971,22 @@ pub fn serve<C: Cells>(
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demand_of;
+
+    #[test]
+    fn a_demand_that_steps_up_is_taken_at_its_new_size() {
+        assert_eq!(demand_of(&[]), None);
+        assert_eq!(demand_of(&[7]), Some(7.0));
+        // Steady: the mean.
+        assert_eq!(demand_of(&[10, 30, 10, 30]), Some(20.0));
+        // Up within the period: the newer half.
+        assert_eq!(demand_of(&[800, 800, 800, 3200, 3200, 3200]), Some(3200.0));
+        // Down: the mean until the period is all small.
+        assert_eq!(demand_of(&[3200, 3200, 800, 800]), Some(2000.0));
     }
 }

@@ -44,9 +44,12 @@ pub struct CellStatus {
     pub heartbeat: String,
     /// The process that registered it.
     pub pid: i32,
-    /// What its share is of: `cpu` (harts) or `net` (its cell's flow, Mbit/s).
+    /// What its share is of: `cpu` (harts) or `net` (a flow of the cell, Mbit/s).
     #[serde(default = "cpu")]
     pub resource: String,
+    /// The flow, for `net`: `CELL`, or `CELL/LABEL` for a labelled flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
     /// Mean value of its beats over the last period, if they carry values: each unit's demand,
     /// CPU time (ns) for a CPU heartbeat, size (bytes) for a flow heartbeat.
     #[serde(default)]

@@ -48,7 +48,7 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                     s.period_ms
                 ),
                 &[
-                    "cell",
+                    "cell or flow",
                     "heartbeat",
                     "target/s",
                     "rate/s",
@@ -73,7 +73,11 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                     })
                     .unwrap_or_default();
                 t.row(&[
-                    c.cell.clone(),
+                    // A flow heartbeat's share is of a flow: `CELL.net` or `CELL/LABEL.net`.
+                    match &c.flow {
+                        Some(f) => format!("{f}.net"),
+                        None => c.cell.clone(),
+                    },
                     c.heartbeat.clone(),
                     c.target_rate
                         .map(|r| format!("{r:.2}"))

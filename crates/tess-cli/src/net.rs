@@ -40,7 +40,8 @@ pub struct FlowsArgs {
 pub struct SetArgs {
     #[command(flatten)]
     which: Which,
-    /// The flow: a cell name, `cell:NAME` or `pid:N`.
+    /// The flow: a cell name, `cell:NAME` or `pid:N`; `/LABEL` after any of them names a
+    /// labelled flow (`video/s3`: the sockets cell video opened with flow label s3).
     flow: String,
     /// Minimum throughput: a bit rate, a packet rate, or both (`240mbit`, `25kpps`,
     /// `240mbit,25kpps`).
@@ -61,7 +62,8 @@ pub struct SetArgs {
 pub struct ClearArgs {
     #[command(flatten)]
     which: Which,
-    /// The flow: a cell name, `cell:NAME` or `pid:N`.
+    /// The flow: a cell name, `cell:NAME` or `pid:N`; `/LABEL` after any of them names a
+    /// labelled flow (`video/s3`: the sockets cell video opened with flow label s3).
     #[arg(required_unless_present = "all")]
     flow: Option<String>,
     /// Clear every flow's spec.

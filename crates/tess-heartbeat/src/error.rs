@@ -3,8 +3,8 @@
 /// Why a heartbeat could not be created, registered or opened.
 #[derive(Debug, thiserror::Error)]
 pub enum HeartbeatError {
-    /// The name is empty, too long or has other characters than `a-z A-Z 0-9 - _ .`.
-    #[error("invalid heartbeat name '{0}': 1-64 of a-z A-Z 0-9 - _ .")]
+    /// The name is empty, too long or has other characters than `a-z A-Z 0-9 - _ . @`.
+    #[error("invalid heartbeat name '{0}': 1-64 of a-z A-Z 0-9 - _ . @")]
     BadName(String),
     /// A target of zero or a rate that is not a positive finite number.
     #[error("invalid target {0}: give a positive time per unit of work or a positive rate")]

@@ -108,19 +108,20 @@ impl Header {
         }
         let name = std::str::from_utf8(&self.name[..len]).map_err(|_| "name is not UTF-8")?;
         if !valid_name(name) {
-            return Err("name has characters other than a-z 0-9 - _ .");
+            return Err("name has characters other than a-z A-Z 0-9 - _ . @");
         }
         Ok(name.to_string())
     }
 }
 
-/// Checks a heartbeat name: 1-64 of `a-z A-Z 0-9 - _ .`.
+/// Checks a heartbeat name: 1-64 of `a-z A-Z 0-9 - _ . @` (`@` separates a flow heartbeat's
+/// name from its flow label, `NAME@LABEL.net`).
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
 }
 
 /// One beat in the ring.

@@ -98,9 +98,9 @@ impl Heartbeat {
     }
 
     /// One unit of work is done, and `value` is its demand: the CPU nanoseconds it used (a CPU
-    /// heartbeat), or its size in bytes (a heartbeat named `CELL.net`, of the cell's network
-    /// flow). The PACORA broker sizes the cell from it (docs/broker.md, "Beats that carry
-    /// demands"); 0 means none.
+    /// heartbeat), or its size in bytes (a heartbeat named `NAME.net` or
+    /// `NAME@LABEL.net`, of one of the cell's network flows). The PACORA broker sizes the cell
+    /// from it (docs/broker.md, "Beats that carry demands"); 0 means none.
     #[inline]
     pub fn beat_with(&self, value: u64) {
         let index = self.count_word().fetch_add(1, Ordering::Relaxed);

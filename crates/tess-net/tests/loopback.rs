@@ -308,3 +308,85 @@ fn an_abusive_sender_gets_only_what_the_reservation_leaves() {
     assert!(a.tx_packets > 0 && a.tx_packets <= offered);
     assert_eq!(a.reserved_served, 0, "the abuser has no reservation");
 }
+
+#[test]
+fn labelled_sockets_are_flows_of_their_own() {
+    let svc = service();
+    let peer = UdpSocket::bind(LOOPBACK).unwrap();
+    let to = peer.local_addr().unwrap();
+    let cell = svc.net(Some("video"), 0);
+    let mut plain = cell.udp_bind(any()).unwrap();
+    let mut s1 = cell.clone().flow("s1").udp_bind(any()).unwrap();
+    plain.send_to(b"cell", to).unwrap();
+    for _ in 0..3 {
+        s1.send_to(b"stream 1", to).unwrap();
+    }
+    let mut admin = svc.net(None, 0).control().unwrap();
+    let spec = QosSpec {
+        reservation: Throughput::bits(1_000_000),
+        ..QosSpec::default()
+    };
+    admin.set("cell:video/s1", spec).unwrap();
+    let e = admin.set("cell:video/a b", spec).unwrap_err();
+    assert!(
+        matches!(e, ControlError::Refused(ref m) if m.contains("/LABEL")),
+        "{e}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let t = loop {
+        let t = admin.flows().unwrap();
+        let sent = |k: &str| t.flow(k).map_or(0, |f| f.totals.tx_packets);
+        if (sent("cell:video"), sent("cell:video/s1")) == (1, 3) || Instant::now() > deadline {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(t.flow("cell:video").unwrap().totals.tx_packets, 1);
+    let f = t.flow("cell:video/s1").unwrap();
+    assert_eq!(
+        f.totals.tx_packets, 3,
+        "the labelled socket's packets are its flow's"
+    );
+    assert_eq!(f.spec, Some(spec));
+    assert!(t.flow("cell:video").unwrap().spec.is_none());
+
+    // A bad label fails the open; the service refuses a label after the socket opened, or one
+    // that is not a label, and goes on.
+    let e = cell.clone().flow("no/slash").udp_bind(any()).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    let mut raw = svc.connect_raw(Some("video"), 0).unwrap();
+    let mut buf = [0u8; 128];
+    let mut ask = |raw: &mut tess_channel::Endpoint, h: Header, payload: &[u8]| {
+        let mut rec = vec![0u8; 40];
+        h.encode(&mut rec);
+        rec.extend_from_slice(payload);
+        raw.send(&rec).unwrap();
+        let n = raw.recv_timeout(&mut buf, Duration::from_secs(10)).unwrap();
+        Header::decode(&buf[..n]).unwrap()
+    };
+    let r = ask(&mut raw, Header::new(Op::Label), b"\xff\xfe");
+    assert_eq!((r.op, i32::from(r.status)), (Op::Reply, libc::EINVAL));
+    let r = ask(&mut raw, Header::new(Op::Label), b"s2");
+    assert_eq!((r.op, r.status), (Op::Reply, 0));
+    let r = ask(&mut raw, Header::new(Op::Label), b"s3");
+    assert_eq!(
+        (r.op, i32::from(r.status)),
+        (Op::Reply, libc::EALREADY),
+        "once per channel"
+    );
+    let r = ask(&mut raw, Header::new(Op::UdpBind).with_addr(any()), b"");
+    assert_eq!((r.op, r.status), (Op::Reply, 0));
+    let r = ask(&mut raw, Header::new(Op::Label), b"late");
+    assert_eq!((r.op, i32::from(r.status)), (Op::Reply, libc::EISCONN));
+    s1.send_to(b"still served", to).unwrap();
+    peer.set_read_timeout(timeout()).unwrap();
+    let mut got = 0;
+    while got < 5 {
+        let (n, _) = peer.recv_from(&mut buf).unwrap();
+        got += 1;
+        if &buf[..n] == b"still served" {
+            break;
+        }
+    }
+    assert_eq!(got, 5);
+}

@@ -19,16 +19,20 @@
 //! |---|---|---|
 //! | `linux` | plain processes, no cells (CFS on every hart) | kernel sockets; the hog and the videos share the cable's queue |
 //! | `static` | video and indexer event-triggered cells splitting a hart evenly, pinned | through the network service (`tess-netd` in its own cell, paced just under the link): the video cell's flow reserved for the worst case (one large and eight small streams, 1.5 times), the hog limited to the rest |
-//! | `pacora` | the same cells, brokered | the same service; the broker divides the link between the video flow and the hog |
+//! | `pacora` | the same cells, brokered | the same service; each stream's connection is a flow of its own (flow label `sK`), and the broker divides the link between the nine streams' flows and the hog |
 //!
 //! Under `pacora` the bench runs the broker's own loop ([`tess_broker::service::Broker`],
 //! policy `pacora` with a `[network]` pool) in this process, as `tess bench pota` does. The
-//! video cell beats two heartbeats per frame, both with a target of 270 frames a second:
-//! `conf-video` carrying the frame's decode CPU time and `conf-video.net` its size (the demands
-//! the broker's models are made of, docs/broker.md "Beats that carry demands"). The indexer
-//! beats per 64 KiB of text and the hog per 64 KiB received, both with targets no allocation
-//! meets and a low penalty slope: they take what the video leaves. PACORA allocates the hart's
-//! CPU pool (video, indexer) and the link's pool (video flow, hog).
+//! video cell beats two heartbeats per frame: `conf-video` (target 270 frames a second, all
+//! streams) carrying the frame's decode CPU time, and its stream's `conf-video@sK.net` (target
+//! 30 a second) carrying its size as its header arrives (the demands the broker's models are
+//! made of, docs/broker.md "Beats that carry demands"). The indexer beats per 64 KiB of text
+//! and the hog per 64 KiB received, both with targets no allocation meets and a low penalty
+//! slope: they take what the video leaves. PACORA allocates the hart's CPU pool (video,
+//! indexer) and the link's pool (nine stream flows, hog): each stream gets a share of its
+//! own, as the paper's Fig. 7a shows. The static run cannot do so: nine flows each reserved
+//! for a large stream (1.5 x 0.8 Mbit/s) do not fit the link, so its streams share the cell's
+//! flow, reserved for the worst case.
 //!
 //! **Hart layout** (2 harts; more harts give the cells more): the lowest managed hart holds the
 //! network service's cell, the hog's best-effort cell, the sender and the broker; the highest
@@ -108,6 +112,9 @@ pub struct ConferenceArgs {
     /// Internal: the network service to go through (none: kernel sockets).
     #[arg(long, hide = true)]
     pub net_service: Option<String>,
+    /// Internal (video): each stream a flow and a flow heartbeat of its own.
+    #[arg(long, hide = true)]
+    pub stream_flows: bool,
     /// Internal: where a role writes what it measured.
     #[arg(long, hide = true)]
     pub out: Option<PathBuf>,
@@ -204,6 +211,7 @@ fn run_role(a: &ConferenceArgs, role: &str) -> anyhow::Result<Report> {
             a.net_service.as_deref(),
             sched,
             a.video_threads,
+            a.stream_flows,
         )?)?,
         "display" => serde_json::to_value(display::run(sched, VIDEO_CELL)?)?,
         "hog" => serde_json::to_value(roles::hog(need_addr()?, a.net_service.as_deref(), sched)?)?,
@@ -226,6 +234,8 @@ struct RunOut {
     index: roles::IndexOut,
     /// Per second from t0: (video CPU share, indexer CPU share, video Mbit/s, hog Mbit/s).
     alloc: Vec<(f64, [f64; 4])>,
+    /// Per second from t0 (pacora): each stream's flow, Mbit/s.
+    stream_net: Vec<(f64, Vec<f64>)>,
     notes: Vec<String>,
 }
 
@@ -364,9 +374,11 @@ fn broker_config(link: f64) -> Config {
     c.cells
         .insert(INDEX_CELL.into(), limits(0.05, 0.85, 1.0, None));
     let half = link / 2.0;
+    // Each stream's flow (`conf-video/sK`, under its cell's section): a small stream needs
+    // 0.2 Mbit/s, a large one 0.8; each starts at twice a small one's need.
     c.cells.insert(
         format!("{VIDEO_CELL}.net"),
-        limits(1.0, link, 100.0, Some(half)),
+        limits(0.1, link, 100.0, Some(2.0 * f64::from(SMALL.1) / 1000.0)),
     );
     c.cells.insert(
         format!("{HOG_CELL}.net"),
@@ -504,7 +516,14 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
     let mut role_guards = Vec::new();
     for (role, c) in roles_started {
         let _ = std::fs::remove_file(env.dir.join(format!("{role}.json")));
-        role_guards.push(spawn_role(env, role, c, t0, &svc, &envs)?);
+        let mut extra = svc.clone();
+        if role == "video" && name == "pacora" {
+            // The paper's shape: each stream a flow of its own, brokered on its own. (The
+            // static run cannot: nine flows each reserved for a large stream do not fit the
+            // link, so it reserves the cell's one flow for the worst case.)
+            extra.push("--stream-flows".into());
+        }
+        role_guards.push(spawn_role(env, role, c, t0, &extra, &envs)?);
     }
     // The broker's loop (pacora), and a sample of the allocations every second.
     let end = sched.end_ns() + roles::GRACE_NS + roles::WRAP_UP_NS;
@@ -543,12 +562,27 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
             let alloc = match broker.as_ref() {
                 Some(b) => {
                     let st = b.status();
+                    // A cell's shares of a resource, summed (the video's streams' flows).
                     let get = |cell: &str, res: &str| {
-                        st.cells
+                        let shares = st
+                            .cells
                             .iter()
-                            .find(|c| c.cell == cell && c.resource == res)
-                            .map_or(f64::NAN, |c| c.share)
+                            .filter(|c| c.cell == cell && c.resource == res)
+                            .map(|c| c.share);
+                        shares
+                            .fold(None, |sum: Option<f64>, s| Some(sum.unwrap_or(0.0) + s))
+                            .unwrap_or(f64::NAN)
                     };
+                    let streams = (0..STREAMS)
+                        .map(|k| {
+                            let flow = format!("{VIDEO_CELL}/{}", roles::stream_flow(k));
+                            st.cells
+                                .iter()
+                                .find(|c| c.flow.as_deref() == Some(flow.as_str()))
+                                .map_or(f64::NAN, |c| c.share)
+                        })
+                        .collect();
+                    out.stream_net.push((t, streams));
                     [
                         get(VIDEO_CELL, "cpu"),
                         get(INDEX_CELL, "cpu"),
@@ -859,14 +893,14 @@ fn svg(runs: &[RunOut], sched: &Schedule, link: f64) -> String {
     let tmax = sched.secs.max(1.0);
     let x = |t: f64| pad + t / tmax * (w - 2.0 * pad);
     let y = |y0: f64, v: f64, max: f64| y0 + h - pad - (v / max).clamp(0.0, 1.05) * (h - 2.0 * pad);
-    let line = |pts: Vec<(f64, f64)>, y0: f64, max: f64, color: &str| {
+    let line = |pts: Vec<(f64, f64)>, y0: f64, max: f64, color: &str, width: u32| {
         let p: Vec<String> = pts
             .iter()
             .filter(|(_, v)| v.is_finite())
             .map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(y0, v, max)))
             .collect();
         format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n",
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"{width}\" points=\"{}\"/>\n",
             p.join(" ")
         )
     };
@@ -875,15 +909,23 @@ fn svg(runs: &[RunOut], sched: &Schedule, link: f64) -> String {
         3.0 * h
     );
     let pacora = runs.iter().find(|r| r.name == "pacora");
-    out += &format!("<text x=\"{pad}\" y=\"20\">(a) network, Mbit/s of {link}: video flow blue, hog red (PACORA)</text>\n");
+    out += &format!("<text x=\"{pad}\" y=\"20\">(a) network, Mbit/s of {link}: the video's flows blue (each stream's thin, their sum thick), hog red (PACORA)</text>\n");
     out += &format!("<text x=\"{pad}\" y=\"{}\">(b) CPU, share of the hart: video blue, indexer green (PACORA)</text>\n", h + 20.0);
     out += &format!("<text x=\"{pad}\" y=\"{}\">(c) slowest stream's on-time frames per second: PACORA blue, static grey, linux orange; 30 dashed; x: time, {tmax:.0} s, resizes dotted</text>\n", 2.0 * h + 20.0);
     if let Some(p) = pacora {
         let series = |k: usize| p.alloc.iter().map(|(t, a)| (*t, a[k])).collect::<Vec<_>>();
-        out += &line(series(2), 0.0, link, "blue");
-        out += &line(series(3), 0.0, link, "red");
-        out += &line(series(0), h, 1.0, "blue");
-        out += &line(series(1), h, 1.0, "green");
+        for k in 0..STREAMS {
+            let pts = p
+                .stream_net
+                .iter()
+                .map(|(t, s)| (*t, s.get(k).copied().unwrap_or(f64::NAN)))
+                .collect();
+            out += &line(pts, 0.0, link, "lightblue", 1);
+        }
+        out += &line(series(2), 0.0, link, "blue", 2);
+        out += &line(series(3), 0.0, link, "red", 2);
+        out += &line(series(0), h, 1.0, "blue", 2);
+        out += &line(series(1), h, 1.0, "green", 2);
     }
     for (name, color) in [("pacora", "blue"), ("static", "grey"), ("linux", "orange")] {
         if let Some(run) = runs.iter().find(|r| r.name == name) {
@@ -894,7 +936,7 @@ fn svg(runs: &[RunOut], sched: &Schedule, link: f64) -> String {
                 .enumerate()
                 .map(|(i, &v)| (i as f64 + 0.5, v))
                 .collect();
-            out += &line(pts, 2.0 * h, 32.0, color);
+            out += &line(pts, 2.0 * h, 32.0, color, 2);
         }
     }
     let ty = y(2.0 * h, 30.0, 32.0);

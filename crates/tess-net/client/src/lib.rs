@@ -58,16 +58,21 @@ use tess_channel::Endpoint;
 pub const DEFAULT_SERVICE: &str = "net";
 /// Environment variable naming the service ([`Net::from_env`]).
 pub const SERVICE_ENV: &str = "TESS_NET_SERVICE";
+/// Environment variable naming the flow label of the process's sockets ([`Net::from_env`]).
+pub const FLOW_ENV: &str = "TESS_NET_FLOW";
 /// Listen backlog of [`TcpListener::bind`].
 pub const DEFAULT_BACKLOG: u16 = 128;
 
 type ConnectFn = dyn Fn() -> io::Result<Endpoint> + Send + Sync;
 
 /// How to reach a network service: its name at tessd's nameserver, or a function that returns
-/// a fresh channel end (tests, or a process handed channels another way).
+/// a fresh channel end (tests, or a process handed channels another way); and the flow the
+/// sockets opened through it belong to.
 #[derive(Clone)]
 pub struct Net {
     connector: Connector,
+    /// The flow label of the sockets ([`Net::flow`]); `None`: the cell's own flow.
+    label: Option<String>,
 }
 
 #[derive(Clone)]
@@ -79,8 +84,12 @@ enum Connector {
 impl std::fmt::Debug for Net {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.connector {
-            Connector::Nameserver(n) => write!(f, "Net({n:?} via tessd)"),
-            Connector::Custom(_) => write!(f, "Net(custom connector)"),
+            Connector::Nameserver(n) => write!(f, "Net({n:?} via tessd")?,
+            Connector::Custom(_) => write!(f, "Net(custom connector")?,
+        }
+        match &self.label {
+            Some(l) => write!(f, ", flow {l:?})"),
+            None => write!(f, ")"),
         }
     }
 }
@@ -90,12 +99,35 @@ impl Net {
     pub fn named(name: &str) -> Net {
         Net {
             connector: Connector::Nameserver(name.to_string()),
+            label: None,
         }
     }
 
-    /// The service named by `TESS_NET_SERVICE`, default [`DEFAULT_SERVICE`].
+    /// The service named by `TESS_NET_SERVICE`, default [`DEFAULT_SERVICE`]; its sockets in
+    /// the flow labelled by `TESS_NET_FLOW`, if set ([`Net::flow`]).
     pub fn from_env() -> Net {
-        Net::named(&std::env::var(SERVICE_ENV).unwrap_or_else(|_| DEFAULT_SERVICE.to_string()))
+        let net =
+            Net::named(&std::env::var(SERVICE_ENV).unwrap_or_else(|_| DEFAULT_SERVICE.to_string()));
+        match std::env::var(FLOW_ENV) {
+            Ok(l) if !l.is_empty() => net.flow(&l),
+            _ => net,
+        }
+    }
+
+    /// The same service, with the sockets opened through the returned handle in the flow
+    /// labelled `label` of the caller's cell: flow `cell:NAME/LABEL` at the service (or
+    /// `pid:N/LABEL` outside any cell), with a QoS spec of its own, instead of the cell's
+    /// flow `cell:NAME` that all its unlabelled sockets share. A label is 1 to
+    /// [`qos::MAX_FLOW_LABEL`] characters of `A-Z a-z 0-9 _ . -`; a bad one fails the first
+    /// open with `InvalidInput`. Accepted connections of a labelled listener join its flow.
+    pub fn flow(mut self, label: &str) -> Net {
+        self.label = Some(label.to_string());
+        self
+    }
+
+    /// The flow label of the sockets, if any.
+    pub fn flow_label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// A service reached by calling `connect` for each new channel.
@@ -104,6 +136,7 @@ impl Net {
     ) -> Net {
         Net {
             connector: Connector::Custom(Arc::new(connect)),
+            label: None,
         }
     }
 
@@ -115,7 +148,32 @@ impl Net {
         }
     }
 
+    /// A channel for a socket: in the labelled flow, if there is a label.
     fn open(&self) -> io::Result<Conn> {
+        let mut conn = self.channel()?;
+        if let Some(label) = &self.label {
+            if !qos::valid_flow_label(label) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "flow label {label:?} must be 1 to {} characters of A-Z a-z 0-9 _ . -",
+                        qos::MAX_FLOW_LABEL
+                    ),
+                ));
+            }
+            conn.request(&wire::Header::new(wire::Op::Label), label.as_bytes())
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("putting the channel in flow {label:?}: {e}"),
+                    )
+                })?;
+        }
+        Ok(conn)
+    }
+
+    /// A bare channel to the service.
+    fn channel(&self) -> io::Result<Conn> {
         let ep = match &self.connector {
             Connector::Nameserver(name) => {
                 tess_proto::ns::connect(name)
@@ -147,9 +205,11 @@ impl Net {
         TcpListener::open(self.open()?, addr, DEFAULT_BACKLOG, self.clone())
     }
 
-    /// Opens the QoS specification interface.
+    /// Opens the QoS specification interface (its channel belongs to no labelled flow).
     pub fn control(&self) -> io::Result<Control> {
-        Ok(Control { conn: self.open()? })
+        Ok(Control {
+            conn: self.channel()?,
+        })
     }
 }
 

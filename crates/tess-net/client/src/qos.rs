@@ -131,11 +131,31 @@ impl fmt::Display for QosSpec {
     }
 }
 
-/// The flow key of a client: `cell:NAME`, or `pid:N` for a process outside any cell.
-pub fn flow_key(cell: Option<&str>, pid: i32) -> String {
-    match cell {
+/// Longest flow label, bytes.
+pub const MAX_FLOW_LABEL: usize = 32;
+
+/// Whether `label` may name one of a cell's flows ([`crate::Net::flow`]): 1 to
+/// [`MAX_FLOW_LABEL`] characters of `A-Z a-z 0-9 _ . -`.
+pub fn valid_flow_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= MAX_FLOW_LABEL
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// The flow key of a client: `cell:NAME`, or `pid:N` for a process outside any cell, followed
+/// by `/LABEL` when its sockets were opened in a labelled flow ([`crate::Net::flow`]): a cell's
+/// labelled flows are flows of their own, each with its own spec (the video conference gives
+/// each of its streams one).
+pub fn flow_key(cell: Option<&str>, pid: i32, label: Option<&str>) -> String {
+    let base = match cell {
         Some(c) => format!("cell:{c}"),
         None => format!("pid:{pid}"),
+    };
+    match label {
+        Some(l) => format!("{base}/{l}"),
+        None => base,
     }
 }
 
@@ -145,7 +165,7 @@ pub fn flow_key(cell: Option<&str>, pid: i32) -> String {
 pub enum ControlRequest {
     /// The flow table.
     Flows,
-    /// Sets the spec of a flow (by key, e.g. `cell:synth`), connected or not. Refused when the
+    /// Sets the spec of a flow (by key, e.g. `cell:synth` or `cell:video/s3`), connected or not. Refused when the
     /// reservations would no longer fit the capacity.
     Set {
         /// Flow key.

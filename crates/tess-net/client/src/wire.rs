@@ -20,6 +20,7 @@
 //! | `WRITE` | c -> s | stream bytes (payload) | | | client's send time |
 //! | `SHUTDOWN` | c -> s | shut down writing | | | |
 //! | `CONTROL` | c -> s | QoS interface: JSON request (payload) | | | |
+//! | `LABEL` | c -> s | put this channel in flow `KEY/LABEL` of its cell (payload: the label), once, before it opens a socket; `REPLY` status `EISCONN`, `EALREADY`, `EINVAL` (not a label) or `EMFILE` (the cell has 256 labelled flows) | | | |
 //! | `REPLY` | s -> c | result of an open; `status` = errno or 0 | local | | |
 //! | `DATAGRAM` | s -> c | a received datagram (payload) | source | receive time (realtime ns) | |
 //! | `SENT` | s -> c | a `SEND` with [`FLAG_WANT_SENT`] left | | cookie | when `sendmmsg` returned (realtime ns) |
@@ -72,6 +73,9 @@ pub enum Op {
     Shutdown = 7,
     /// A QoS-interface request (JSON payload).
     Control = 8,
+    /// Put the channel in a labelled flow of its cell (payload: the label; answered by a
+    /// `REPLY`).
+    Label = 9,
     /// Result of an open.
     Reply = 64,
     /// A received datagram.
@@ -102,6 +106,7 @@ impl Op {
             6 => Op::Write,
             7 => Op::Shutdown,
             8 => Op::Control,
+            9 => Op::Label,
             64 => Op::Reply,
             65 => Op::Datagram,
             66 => Op::Sent,

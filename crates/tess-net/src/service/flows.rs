@@ -13,7 +13,7 @@ pub const KEEP_IDLE_WINDOWS: u32 = 10;
 /// One flow.
 #[derive(Debug, Clone)]
 pub struct Flow {
-    /// `cell:NAME` or `pid:N`.
+    /// `cell:NAME` or `pid:N`, then `/LABEL` for a labelled flow.
     pub key: String,
     /// Its spec; `None`: best effort.
     pub spec: Option<QosSpec>,
@@ -103,6 +103,22 @@ impl Flows {
 
     fn live(&self) -> impl Iterator<Item = &Flow> {
         self.rows.iter().flatten()
+    }
+
+    /// Whether `key` has a row.
+    pub fn has(&self, key: &str) -> bool {
+        self.index.contains_key(key)
+    }
+
+    /// Rows of labelled flows of `base` (`cell:NAME` or `pid:N`): keys `base/LABEL`.
+    pub fn labelled(&self, base: &str) -> usize {
+        self.live()
+            .filter(|f| {
+                f.key
+                    .strip_prefix(base)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .count()
     }
 
     /// The row of `key`, created (best effort) if new.
@@ -268,7 +284,9 @@ impl Flows {
             ControlRequest::Set { flow, spec } => {
                 if !valid_key(&flow) {
                     return ControlReply::Error {
-                        message: format!("flow key {flow:?} must be cell:NAME or pid:N"),
+                        message: format!(
+                            "flow key {flow:?} must be cell:NAME or pid:N, optionally followed by /LABEL"
+                        ),
                     };
                 }
                 match self.set_spec(&flow, Some(spec), sched) {
@@ -305,7 +323,13 @@ impl Flows {
     }
 }
 
+/// `cell:NAME` or `pid:N`, then `/LABEL` for a labelled flow.
 fn valid_key(k: &str) -> bool {
+    let k = match k.split_once('/') {
+        Some((base, label)) if tess_net_client::qos::valid_flow_label(label) => base,
+        Some(_) => return false,
+        None => k,
+    };
     match k.split_once(':') {
         Some(("cell", name)) => !name.is_empty() && name.len() <= 64,
         Some(("pid", n)) => n.parse::<i32>().is_ok_and(|n| n > 0),
@@ -332,6 +356,37 @@ mod tests {
             reservation: Throughput::bits(bps),
             ..QosSpec::default()
         }
+    }
+
+    #[test]
+    fn keys_name_a_cell_or_a_process_and_maybe_a_label() {
+        for k in ["cell:video", "cell:video/s3", "pid:7", "pid:7/a.b-c_d"] {
+            assert!(valid_key(k), "{k}");
+        }
+        for k in [
+            "video",
+            "cell:",
+            "cell:v/",
+            "cell:v/a/b",
+            "cell:v/a b",
+            "pid:0/x",
+            "pid:x",
+        ] {
+            assert!(!valid_key(k), "{k}");
+        }
+        assert_eq!(published_name("cell:video/s3"), "net-video-s3");
+    }
+
+    #[test]
+    fn labelled_flows_are_counted_per_cell() {
+        let (mut f, _s) = setup();
+        for k in ["cell:v", "cell:v/a", "cell:v/b", "cell:vv/a", "pid:3/a"] {
+            f.row_for(k);
+        }
+        assert_eq!(f.labelled("cell:v"), 2);
+        assert_eq!(f.labelled("cell:vv"), 1);
+        assert_eq!(f.labelled("pid:3"), 1);
+        assert!(f.has("cell:v/a") && !f.has("cell:v/c"));
     }
 
     #[test]

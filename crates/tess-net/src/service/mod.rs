@@ -483,7 +483,8 @@ impl Service {
     }
 
     fn add_session(&mut self, inc: Incoming) {
-        let key = tess_net_client::qos::flow_key(inc.client.cell.as_deref(), inc.client.pid);
+        // Unlabelled until the client says otherwise (`LABEL`, before its socket opens).
+        let key = tess_net_client::qos::flow_key(inc.client.cell.as_deref(), inc.client.pid, None);
         let flow = self.flows.row_for(&key);
         self.flows.get_mut(flow).sessions += 1;
         let mut ep = inc.endpoint;

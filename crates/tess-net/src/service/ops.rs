@@ -13,6 +13,8 @@ use tess_net_client::{ControlReply, ControlRequest};
 
 /// Control records handled per channel per round, so a chatty client cannot stall the loop.
 const OPS_PER_ROUND: usize = 8;
+/// Most labelled flows a cell (or a process outside any cell) may have in the table.
+pub const MAX_LABELLED_FLOWS: usize = 256;
 
 const EPOLLIN: u32 = libc::EPOLLIN as u32;
 const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
@@ -139,6 +141,7 @@ impl Service {
                 }
             }
             Op::Control => self.control(i),
+            Op::Label => self.label(i),
             Op::Send | Op::Write => {
                 // Data on a channel whose socket cannot carry it.
                 let Some(s) = self.sessions[i].as_mut() else {
@@ -300,6 +303,42 @@ impl Service {
             }
             Err(e) => reply(s, errno_of(&e), None),
         }
+    }
+
+    /// Moves channel `i` to the labelled flow of its cell the payload names. Only before the
+    /// channel opens a socket (a socket's packets are charged to one flow all its life), once
+    /// per channel, and while the cell has fewer than [`MAX_LABELLED_FLOWS`]: a label is cheap
+    /// to send and each flow is a row and a published stats page, so a client cycling labels
+    /// could otherwise grow the table without bound.
+    fn label(&mut self, i: usize) {
+        let Some(s) = self.sessions[i].as_mut() else {
+            return;
+        };
+        let label = std::str::from_utf8(&self.scratch)
+            .ok()
+            .filter(|l| tess_net_client::qos::valid_flow_label(l));
+        let base = tess_net_client::qos::flow_key(s.client.cell.as_deref(), s.client.pid, None);
+        let status = match label {
+            _ if !matches!(s.sock, Sock::None) => libc::EISCONN,
+            _ if self.flows.get(s.flow).key != base => libc::EALREADY,
+            None => libc::EINVAL,
+            Some(l) => {
+                let key = format!("{base}/{l}");
+                if !self.flows.has(&key) && self.flows.labelled(&base) >= MAX_LABELLED_FLOWS {
+                    libc::EMFILE
+                } else {
+                    let old = s.flow;
+                    let new = self.flows.row_for(&key);
+                    s.flow = new;
+                    self.flows.get_mut(new).sessions += 1;
+                    let f = self.flows.get_mut(old);
+                    f.sessions = f.sessions.saturating_sub(1);
+                    self.flows.forget_if_idle(old);
+                    0
+                }
+            }
+        };
+        reply(s, status as u16, None);
     }
 
     fn control(&mut self, i: usize) {

@@ -30,12 +30,26 @@ use tess_heartbeat::{Heartbeat, Target};
 pub const PLAYOUT_NS: u64 = 100_000_000;
 /// The video cell's heartbeat targets: frames at the rate they are sent, 9 x 30 a second.
 /// Each CPU beat carries the frame's decode CPU time, each flow beat its size: the broker
-/// sizes the cell's share and its flow from these demands.
+/// sizes the cell's share and its flows from these demands.
 pub const FRAME_TARGET: Duration = Duration::from_nanos(1_000_000_000 / (STREAMS as u64 * 30));
+/// A stream's own target (`--stream-flows`): 30 frames a second.
+pub const STREAM_FRAME_TARGET: Duration = Duration::from_nanos(1_000_000_000 / 30);
 /// Heartbeat names (the `.net` suffix: the broker's network resource).
 pub const VIDEO_CPU_HB: &str = "conf-video";
-/// See [`VIDEO_CPU_HB`].
+/// See [`VIDEO_CPU_HB`]: the cell's one flow, all streams together.
 pub const VIDEO_NET_HB: &str = "conf-video.net";
+
+/// The flow label of stream `k` (`--stream-flows`): its connection's flow at the network
+/// service is `cell:conf-video/sK`.
+pub fn stream_flow(k: usize) -> String {
+    format!("s{k}")
+}
+
+/// The heartbeat of stream `k`'s flow (`--stream-flows`), `conf-video@sK.net`: the broker
+/// gives each stream a share of the link of its own (seed 004 section 6.2).
+pub fn stream_net_hb(k: usize) -> String {
+    format!("{VIDEO_CPU_HB}@{}.net", stream_flow(k))
+}
 /// The hog's heartbeat: one beat per [`HOG_CHUNK`] received.
 pub const HOG_HB: &str = "conf-hog.net";
 /// The indexer's heartbeat: one beat per [`INDEX_UNIT`] bytes of text indexed (documents
@@ -163,13 +177,18 @@ pub enum Conn {
 }
 
 impl Conn {
-    /// Connects to `to`, through the service named `service` if any, and says `hello`. A
-    /// refused connection is tried again for up to 10 s (the sender may still be loading its
-    /// clips).
-    pub fn open(to: SocketAddr, service: Option<&str>, hello: u8) -> anyhow::Result<Conn> {
+    /// Connects to `to`, through the service named `service` if any (in its flow labelled
+    /// `flow`, if any), and says `hello`. A refused connection is tried again for up to 10 s
+    /// (the sender may still be loading its clips).
+    pub fn open(
+        to: SocketAddr,
+        service: Option<&str>,
+        flow: Option<&str>,
+        hello: u8,
+    ) -> anyhow::Result<Conn> {
         let give_up = now_ns() + 10_000_000_000;
         loop {
-            match Conn::connect(to, service) {
+            match Conn::connect(to, service, flow) {
                 Ok(mut c) => {
                     c.write_all(&[hello])?;
                     return Ok(c);
@@ -184,10 +203,15 @@ impl Conn {
         }
     }
 
-    fn connect(to: SocketAddr, service: Option<&str>) -> std::io::Result<Conn> {
+    fn connect(to: SocketAddr, service: Option<&str>, flow: Option<&str>) -> std::io::Result<Conn> {
         Ok(match service {
             Some(s) => {
-                let mut t = tess_net::client::Net::named(s).tcp_connect(to)?;
+                let net = tess_net::client::Net::named(s);
+                let net = match flow {
+                    Some(f) => net.flow(f),
+                    None => net,
+                };
+                let mut t = net.tcp_connect(to)?;
                 // A blocking reader (the hog) sleeps until data comes, as on a kernel socket.
                 t.set_wait(tess_net::client::Wait::Sleep);
                 Conn::Service(Box::new(t))
@@ -278,21 +302,30 @@ pub struct VideoOut {
 /// cell's budget covers the streams' mean need, nine per-thread reservations cannot lend each
 /// other their slack, and each small stream's bursty peak plus headroom already asks for more
 /// than its even share, so the large stream's thread is held to an even share and falls behind.)
+///
+/// With `stream_flows`, each stream's connection is a flow of its own at the network service
+/// (flow label [`stream_flow`]) with a heartbeat of its own ([`stream_net_hb`]), so that the
+/// broker gives each stream its own share of the link, as the paper does; otherwise the
+/// streams share the cell's flow and one heartbeat ([`VIDEO_NET_HB`]).
 pub fn video(
     to: SocketAddr,
     service: Option<&str>,
     sched: Schedule,
     threads: VideoThreads,
+    stream_flows: bool,
 ) -> anyhow::Result<VideoOut> {
     let lib = super::super::decoders::avcodec_lib()?;
     let cpu = Arc::new(Heartbeat::register(
         VIDEO_CPU_HB,
         Some(Target::PerUnit(FRAME_TARGET)),
     )?);
-    let net = Arc::new(Heartbeat::register(
-        VIDEO_NET_HB,
-        Some(Target::PerUnit(FRAME_TARGET)),
-    )?);
+    let cell_net = match stream_flows {
+        true => None,
+        false => Some(Arc::new(Heartbeat::register(
+            VIDEO_NET_HB,
+            Some(Target::PerUnit(FRAME_TARGET)),
+        )?)),
+    };
     let harts = match threads {
         VideoThreads::Stream => STREAMS,
         VideoThreads::Hart => tess_sched::affinity::get_affinity(0)
@@ -303,7 +336,17 @@ pub fn video(
     let mut groups: Vec<Vec<StreamIn>> = (0..harts).map(|_| Vec::new()).collect();
     for k in 0..STREAMS {
         let sink = display::connect(sched.t0_ns)?;
-        let mut conn = Conn::open(to, service, k as u8)?;
+        let (flow, net) = match &cell_net {
+            Some(hb) => (None, hb.clone()),
+            None => {
+                let hb = Heartbeat::register(
+                    &stream_net_hb(k),
+                    Some(Target::PerUnit(STREAM_FRAME_TARGET)),
+                )?;
+                (Some(stream_flow(k)), Arc::new(hb))
+            }
+        };
+        let mut conn = Conn::open(to, service, flow.as_deref(), k as u8)?;
         // A thread of its own sleeps in read until data comes; a thread serving several
         // streams polls them.
         let blocking = threads == VideoThreads::Stream;
@@ -315,6 +358,8 @@ pub fn video(
         groups[k % harts].push(StreamIn {
             stream: k,
             conn,
+            net,
+            announced: None,
             decoder: lib.decoder()?,
             sink,
             bytes: Vec::new(),
@@ -325,9 +370,9 @@ pub fn video(
     }
     let mut threads = Vec::new();
     for group in groups {
-        let (cpu, net) = (cpu.clone(), net.clone());
+        let cpu = cpu.clone();
         threads.push(std::thread::spawn(move || {
-            serve_streams(group, &cpu, &net, sched)
+            serve_streams(group, &cpu, sched)
         }));
     }
     let mut out = VideoOut::default();
@@ -367,6 +412,10 @@ pub enum VideoThreads {
 struct StreamIn {
     stream: usize,
     conn: Conn,
+    /// The heartbeat of the stream's flow (its own, or the cell's).
+    net: Arc<Heartbeat>,
+    /// The frame whose arrival was beaten already (on its header).
+    announced: Option<u32>,
     decoder: super::super::decoders::avcodec::Decoder,
     sink: tess_channel::Endpoint,
     /// Bytes received and not yet parsed into frames.
@@ -418,6 +467,13 @@ impl StreamIn {
                 h.stream,
                 self.stream
             );
+            // The flow's beat carries the frame's size as soon as its header is in: a
+            // resized stream's first large frames arrive through its old, small share, and
+            // the broker learns the new demand without waiting for them to finish.
+            if self.announced != Some(h.seq) {
+                self.announced = Some(h.seq);
+                self.net.beat_with(u64::from(h.len) + HEADER_LEN as u64);
+            }
             let end = used + HEADER_LEN + h.len as usize;
             if self.bytes.len() < end {
                 break;
@@ -436,7 +492,6 @@ impl StreamIn {
 fn serve_streams(
     mut streams: Vec<StreamIn>,
     cpu: &Heartbeat,
-    net: &Heartbeat,
     sched: Schedule,
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
@@ -474,10 +529,9 @@ fn serve_streams(
                 continue;
             }
             let done = now_ns();
-            // The beats' values are the frame's demands, its CPU time and its size: the
-            // broker's models of the cell's CPU and of its flow.
+            // The beat's value is the frame's CPU time: the broker's model of the cell's CPU
+            // (its size went to the flow's heartbeat as it arrived).
             cpu.beat_with((super::super::decoders::thread_cpu_ns() - cpu0).max(1));
-            net.beat_with(u64::from(h.len) + HEADER_LEN as u64);
             let shown = Shown {
                 stream: h.stream,
                 release_ns: h.release_ns,
@@ -519,7 +573,7 @@ pub struct HogOut {
 /// Downloads as fast as the link allows until the sender stops.
 pub fn hog(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::Result<HogOut> {
     let hb = Heartbeat::register(HOG_HB, Some(Target::PerUnit(INSATIABLE)))?;
-    let mut c = Conn::open(to, service, HOG_HELLO)?;
+    let mut c = Conn::open(to, service, None, HOG_HELLO)?;
     // A held-back flow or a stalled service must not keep the hog past the grace period.
     c.set_read_timeout(Duration::from_millis(200))?;
     let mut out = HogOut::default();
