@@ -71,18 +71,31 @@ impl Resource {
 pub const FLOW_LABEL_SEPARATOR: char = '@';
 
 /// The flow label a network heartbeat names: `None` for `NAME.net` (the cell's own flow),
-/// `Some(LABEL)` for `NAME@LABEL.net`; an error for a label the network service would refuse.
+/// `Some(LABEL)` for `NAME@LABEL.net`; an error for an empty NAME, a second `@`, or a label the
+/// network service would refuse.
 pub fn flow_label(heartbeat: &str) -> Result<Option<&str>, String> {
     let stem = heartbeat.strip_suffix(NET_SUFFIX).unwrap_or(heartbeat);
-    match stem.rsplit_once(FLOW_LABEL_SEPARATOR) {
-        None => Ok(None),
-        Some((_, label)) if tess_net_client::qos::valid_flow_label(label) => Ok(Some(label)),
-        Some((_, label)) => Err(format!(
+    let Some((name, label)) = stem.split_once(FLOW_LABEL_SEPARATOR) else {
+        return Ok(None);
+    };
+    if name.is_empty() || label.contains(FLOW_LABEL_SEPARATOR) {
+        return Err(format!(
+            "heartbeat '{heartbeat}' must be NAME@LABEL.net with a NAME and one '@'"
+        ));
+    }
+    if !tess_net_client::qos::valid_flow_label(label) {
+        return Err(format!(
             "heartbeat '{heartbeat}' names flow label {label:?}, which is not 1 to {} characters of A-Z a-z 0-9 _ . -",
             tess_net_client::qos::MAX_FLOW_LABEL
-        )),
+        ));
     }
+    Ok(Some(label))
 }
+
+/// Most flow heartbeats one cell may have (its own flow and its labelled ones): each holds a
+/// slot of the broker's [`MAX_HEARTBEATS`] and a floor of the link, so a cell inventing labels
+/// could otherwise take both from the others.
+pub const MAX_FLOWS_PER_CELL: usize = 16;
 
 /// How the broker sets a flow at the network service. A flow is named `CELL` (the cell's own
 /// flow, key `cell:CELL` at the service) or `CELL/LABEL` (a labelled flow, `cell:CELL/LABEL`).
@@ -415,6 +428,18 @@ impl<C: Cells> Broker<C> {
                 Err(why) => return self.refuse(&inc.conn, why),
             },
         };
+        let flows_of_cell = self
+            .brokered
+            .iter()
+            .filter(|b| b.cell == cell && b.resource == Resource::Net)
+            .count();
+        if resource == Resource::Net && flows_of_cell >= MAX_FLOWS_PER_CELL {
+            let why = format!(
+                "cell '{cell}' has {MAX_FLOWS_PER_CELL} flow heartbeats already (heartbeat '{}')",
+                inc.hello.name
+            );
+            return self.refuse(&inc.conn, why);
+        }
         if let Some(b) = self
             .brokered
             .iter()
@@ -448,8 +473,10 @@ impl<C: Cells> Broker<C> {
             Resource::Cpu => "hb-",
             Resource::Net => "hb-net-",
         };
-        let published =
-            tess_stats::Publisher::try_create(&tess_stats::runtime_name(prefix, &key), None);
+        let published = tess_stats::Publisher::try_create(
+            &tess_net_client::qos::flow_page_name(prefix, &key),
+            None,
+        );
         self.brokered.push(Brokered {
             status: CellStatus {
                 cell: cell.clone(),
@@ -590,7 +617,15 @@ impl<C: Cells> Broker<C> {
             .map(|beat| beat.value)
             .filter(|&v| v > 0)
             .collect();
-        let mean = demand_of(&values);
+        let mean = match b.resource {
+            // A flow's demand steps (a resized stream) and its queue drains only at the share
+            // it is given above the demand: see `demand_of`.
+            Resource::Net => demand_of(&values),
+            // The CPU's is the plain mean: it is measured over many more beats, and the max
+            // of two noisy means would bias it up every period.
+            Resource::Cpu => (!values.is_empty())
+                .then(|| values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64),
+        };
         b.status.measured_value = mean;
         b.status.measured_tau_ms = match b.resource {
             // The unit's CPU time at the share in force.
@@ -988,5 +1023,20 @@ mod tests {
         assert_eq!(demand_of(&[800, 800, 800, 3200, 3200, 3200]), Some(3200.0));
         // Down: the mean until the period is all small.
         assert_eq!(demand_of(&[3200, 3200, 800, 800]), Some(2000.0));
+        // Noise around a steady mean costs a little: at most the newer half's excess.
+        let noisy = [1000, 3000, 1500, 2500, 2000, 2000, 900, 3100];
+        let d = demand_of(&noisy).unwrap();
+        assert!((2000.0..=2125.0).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn flow_heartbeat_names_say_their_label() {
+        use super::flow_label;
+        assert_eq!(flow_label("video.net"), Ok(None));
+        assert_eq!(flow_label("video@s3.net"), Ok(Some("s3")));
+        assert_eq!(flow_label("video@a.b.net"), Ok(Some("a.b")));
+        for bad in ["@s3.net", "a@b@c.net", "x@.net"] {
+            assert!(flow_label(bad).is_err(), "{bad}");
+        }
     }
 }

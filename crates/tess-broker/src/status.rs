@@ -50,8 +50,9 @@ pub struct CellStatus {
     /// The flow, for `net`: `CELL`, or `CELL/LABEL` for a labelled flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<String>,
-    /// Mean value of its beats over the last period, if they carry values: each unit's demand,
-    /// CPU time (ns) for a CPU heartbeat, size (bytes) for a flow heartbeat.
+    /// Demand per unit its beats carried over the last period, if they carry values: CPU time
+    /// (ns) for a CPU heartbeat, the mean; size (bytes) for a flow heartbeat, the mean or the
+    /// newer half's if more (`service::demand_of`).
     #[serde(default)]
     pub measured_value: Option<f64>,
     /// The response time per unit at the share in force, ms, when the beats carry demands

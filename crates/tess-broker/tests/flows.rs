@@ -87,6 +87,12 @@ fn each_labelled_flow_is_brokered_on_its_own() {
     accept_one(&l, &mut b);
     let s2 = Heartbeat::register_at("v@s2.net", target, &sock).unwrap();
     accept_one(&l, &mut b);
+    // The cell's own flow and its CPU beside them: heartbeats of their own.
+    let own = Heartbeat::register_at("v.net", target, &sock).unwrap();
+    accept_one(&l, &mut b);
+    let cpu = Heartbeat::register_at("v", target, &sock).unwrap();
+    accept_one(&l, &mut b);
+    assert_eq!(rec.last("video"), Some(Some(1.0)));
     // Each flow starts at its own section's share, or at its cell's.
     assert_eq!(rec.last("video/s1"), Some(Some(1.0)));
     assert_eq!(rec.last("video/s2"), Some(Some(2.0)));
@@ -98,7 +104,7 @@ fn each_labelled_flow_is_brokered_on_its_own() {
     // (Refused, they would try again every second.)
     drop((dup, bad));
     let st = b.status();
-    assert_eq!(st.cells.len(), 2, "{:?}", st.refused);
+    assert_eq!(st.cells.len(), 4, "{:?}", st.refused);
     assert!(
         st.refused
             .iter()
@@ -112,10 +118,38 @@ fn each_labelled_flow_is_brokered_on_its_own() {
         st.refused
     );
     let flows: Vec<_> = st.cells.iter().map(|c| c.flow.clone()).collect();
+    let flow = |f: &str| Some(f.to_string());
     assert_eq!(
         flows,
-        [Some("video/s1".to_string()), Some("video/s2".to_string())]
+        [flow("video/s1"), flow("video/s2"), flow("video"), None]
     );
+    assert_eq!(st.cells[3].resource, "cpu");
+    // Beyond 16 flow heartbeats a cell is refused.
+    let more: Vec<Heartbeat> = (3..17)
+        .map(|k| {
+            let hb = Heartbeat::register_at(&format!("v@s{k}.net"), target, &sock).unwrap();
+            accept_one(&l, &mut b);
+            hb
+        })
+        .collect();
+    let st = b.status();
+    assert_eq!(st.cells.len(), 4 + 13, "{:?}", st.refused);
+    assert!(
+        st.refused.iter().any(|r| r.contains("16 flow heartbeats")),
+        "{:?}",
+        st.refused
+    );
+    drop(more);
+    drop((own, cpu));
+    let t0 = Instant::now();
+    while b.status().cells.len() > 2 {
+        b.reap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "heartbeats that went were not reaped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     // Beat for a few periods: each flow is sized from its own units' sizes.
     let t0 = Instant::now();

@@ -24,7 +24,7 @@
 // Success.
 #define TESS_HEARTBEAT_OK 0
 
-// A null pointer, a name that is not 1-64 of `a-z A-Z 0-9 - _ .`, or a bad target.
+// A null pointer, a name that is not 1-64 of `a-z A-Z 0-9 - _ . @`, or a bad target.
 #define TESS_HEARTBEAT_EINVAL -22
 
 // The system refused a resource (memfd, mapping, thread); `errno` says which.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// Success.
 pub const TESS_HEARTBEAT_OK: c_int = 0;
-/// A null pointer, a name that is not 1-64 of `a-z A-Z 0-9 - _ .`, or a bad target.
+/// A null pointer, a name that is not 1-64 of `a-z A-Z 0-9 - _ . @`, or a bad target.
 pub const TESS_HEARTBEAT_EINVAL: c_int = -22;
 /// The system refused a resource (memfd, mapping, thread); `errno` says which.
 pub const TESS_HEARTBEAT_ESYS: c_int = -5;

@@ -348,7 +348,9 @@ fn labelled_sockets_are_flows_of_their_own() {
         "the labelled socket's packets are its flow's"
     );
     assert_eq!(f.spec, Some(spec));
+    assert_eq!(f.sockets, 1, "the labelled socket is counted on its flow");
     assert!(t.flow("cell:video").unwrap().spec.is_none());
+    assert_eq!(t.flow("cell:video").unwrap().sockets, 1);
 
     // A bad label fails the open; the service refuses a label after the socket opened, or one
     // that is not a label, and goes on.
@@ -378,15 +380,28 @@ fn labelled_sockets_are_flows_of_their_own() {
     assert_eq!((r.op, r.status), (Op::Reply, 0));
     let r = ask(&mut raw, Header::new(Op::Label), b"late");
     assert_eq!((r.op, i32::from(r.status)), (Op::Reply, libc::EISCONN));
+    // The raw channel's socket is on flow s2; closing the channel takes it off again.
+    let mut sockets = |k: &str| {
+        let t = admin.flows().unwrap();
+        t.flow(k).map_or(0, |f| f.sockets)
+    };
+    assert_eq!(sockets("cell:video/s2"), 1);
+    drop(raw);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sockets("cell:video/s2") != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the closed channel's socket stayed on its flow"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(sockets("cell:video/s1"), 1);
     s1.send_to(b"still served", to).unwrap();
     peer.set_read_timeout(timeout()).unwrap();
-    let mut got = 0;
-    while got < 5 {
-        let (n, _) = peer.recv_from(&mut buf).unwrap();
-        got += 1;
+    loop {
+        let (n, _) = peer.recv_from(&mut buf).expect("the service still sends");
         if &buf[..n] == b"still served" {
             break;
         }
     }
-    assert_eq!(got, 5);
 }

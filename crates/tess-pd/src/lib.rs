@@ -23,6 +23,7 @@
 pub mod atom;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod cell;
 pub mod device;
 pub mod engine;
 pub mod graph;

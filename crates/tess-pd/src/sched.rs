@@ -213,7 +213,7 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
 /// come in two sets used by alternate blocks, so the calling thread can start the next block
 /// without waiting for the other harts to notice that this one ended: a late hart only ever
 /// finds items of the current block, and uses the set its item names.
-struct Shared {
+pub(crate) struct Shared {
     graph: CachePadded<AtomicPtr<DspGraph>>,
     tasks: CachePadded<AtomicPtr<TaskGraph>>,
     epoch: CachePadded<AtomicU64>,
@@ -354,6 +354,8 @@ fn deal_home(g: &DspGraph, tg: &TaskGraph, harts: usize) -> Vec<Vec<usize>> {
 pub struct Executor {
     strategy: Strategy,
     harts: usize,
+    /// The harts are a tess runtime's, not threads of the executor's own ([`crate::cell`]).
+    host: Option<Arc<crate::cell::Host>>,
     tasks: Option<Box<TaskGraph>>,
     shared: Option<Arc<Shared>>,
     hart0: Option<Hart>,
@@ -388,7 +390,27 @@ impl Executor {
             threads: Vec::new(),
             pin_first_cpu: None,
             rt_priority: None,
+            host: None,
         }
+    }
+
+    /// An executor whose harts other than the caller's are the worker tasks of `host` (a tess
+    /// runtime's vharts, [`crate::cell`]); it follows the host's count of harts between blocks.
+    pub(crate) fn hosted(strategy: Strategy, host: Arc<crate::cell::Host>) -> Executor {
+        let mut e = Executor::new(strategy, host.harts());
+        e.host = Some(host);
+        e
+    }
+
+    /// Harts the executor runs on now (the caller's thread and its workers).
+    pub fn harts(&self) -> usize {
+        self.harts
+    }
+
+    /// The tess runtime whose harts this executor runs on ([`crate::cell::run_on_harts`]), to
+    /// stop it or (standalone) resize it.
+    pub fn runtime(&self) -> Option<tess_runtime::Handle> {
+        self.host.as_ref().and_then(|h| h.handle())
     }
 
     /// Runs the worker harts `SCHED_FIFO` at this priority (needs root or `CAP_SYS_NICE`; the
@@ -432,6 +454,19 @@ impl Executor {
         let home = deal_home(g, &tg, self.harts);
         let shared = Arc::new(Shared::new(self.strategy, &tg, home, stealers));
         self.hart0 = Some(Hart::new(0, locals.remove(0)));
+        if let Some(host) = &self.host {
+            // The runtime's worker tasks take their harts' state from here; nobody waits for
+            // them (a hart that comes late finds its share taken over).
+            let harts = locals
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| Hart::new(i + 1, l))
+                .collect();
+            host.publish(shared.clone(), harts);
+            self.tasks = Some(tg);
+            self.shared = Some(shared);
+            return;
+        }
         let pin = self.pin_first_cpu;
         // A new thread inherits its creator's policy and CPUs: a creator spinning SCHED_FIFO on
         // its one CPU would keep the new thread from ever running (to pin itself elsewhere).
@@ -475,12 +510,27 @@ impl Executor {
     /// and plans its partial sums for them ([`DspGraph::plan_partial_sums`]): an executor runs
     /// one graph for its life.
     pub fn run_block(&mut self, g: &mut DspGraph) {
+        if let Some(host) = &self.host {
+            // tessd's messages are read here: this thread's whole life is one slice of the
+            // runtime's vhart 0 (crate::cell).
+            host.checkpoint();
+        }
         if self.strategy == Strategy::Serial {
             for k in 0..g.nodes.len() {
                 // SAFETY: one thread, nodes in Pd's order (a topological order).
                 unsafe { g.run_node(k) };
             }
             return;
+        }
+        if let Some(host) = &self.host {
+            let want = host.harts();
+            if want != self.harts && self.shared.is_some() {
+                // The cell grew or shrank: between two blocks (every task of the last one is
+                // done, so no hart runs a node), the old workers are sent back to the host and
+                // the graph is split and dealt again for the harts there are now.
+                self.retire();
+            }
+            self.harts = want;
         }
         if self.shared.is_none() {
             self.start(g);
@@ -530,15 +580,28 @@ fn item_of(epoch: u64, task: usize) -> u64 {
     ((epoch & 0xffff_ffff) << 32) | task as u64
 }
 
-impl Drop for Executor {
-    fn drop(&mut self) {
-        if let Some(sh) = &self.shared {
+impl Executor {
+    /// Stops the harts of the current split: own threads are joined, a host's workers go back
+    /// to it (they may still be leaving; the shared state lives as long as they hold it).
+    fn retire(&mut self) {
+        if let Some(sh) = self.shared.take() {
             sh.stop.store(true, Ordering::Release);
             sh.epoch.fetch_add(1, Ordering::Release);
+        }
+        if let Some(host) = &self.host {
+            host.withdraw();
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.tasks = None;
+        self.hart0 = None;
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.retire();
     }
 }
 
@@ -557,26 +620,35 @@ pub fn pin_to(cpu: usize) {
 
 fn worker_loop(sh: Arc<Shared>, mut hart: Hart) {
     let mut seen = 0u64;
-    loop {
-        let mut spins = 0u32;
-        let e = loop {
-            let e = sh.epoch.load(Ordering::Acquire);
-            if e != seen {
-                seen = e;
-                break e;
-            }
-            spins += 1;
-            if spins > 20_000 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        };
-        if sh.stop.load(Ordering::Acquire) {
-            return;
+    while worker_round(&sh, &mut hart, &mut seen, u32::MAX) {}
+}
+
+/// Waits for the next block (spinning, then yielding the CPU, up to `max_spins` polls) and
+/// takes part in it. Returns false when the executor stopped this split of the graph, true
+/// after a block or when the wait ran out.
+pub(crate) fn worker_round(sh: &Shared, hart: &mut Hart, seen: &mut u64, max_spins: u32) -> bool {
+    let mut spins = 0u32;
+    let e = loop {
+        let e = sh.epoch.load(Ordering::Acquire);
+        if e != *seen {
+            *seen = e;
+            break e;
         }
-        participate(&sh, &mut hart, e);
+        spins += 1;
+        if spins >= max_spins {
+            return true;
+        }
+        if spins > 20_000 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    };
+    if sh.stop.load(Ordering::Acquire) {
+        return false;
     }
+    participate(sh, hart, e);
+    true
 }
 
 /// Home lists found empty in the current block, by hart (bit `h`): claims only accumulate
@@ -715,7 +787,7 @@ fn prefetch_for_write<T>(x: &T) {
 }
 
 /// One hart's own scheduling state.
-struct Hart {
+pub(crate) struct Hart {
     me: usize,
     local: Worker<u64>,
     /// Work stealing: the ready task this hart runs next (see [`Hart::ready`]).

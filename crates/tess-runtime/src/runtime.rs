@@ -203,6 +203,20 @@ impl Handle {
         }
     }
 
+    /// Lets the runtime read its control channel and complete an adaptation from inside a long
+    /// slice of virtual hart 0, which never retires: an application whose whole life is one
+    /// slice on vhart 0 (an audio loop) calls it between iterations, e.g. once per block, so
+    /// that a shrink to one hart, which only vhart 0 can complete, is not held up for the
+    /// slice's life. Reading the channel is a few loads of shared memory. On any other thread
+    /// it does nothing: a hart that may retire ends its slice instead
+    /// ([`crate::Hart::should_yield`]).
+    pub fn checkpoint(&self) {
+        if crate::hart::vhart_id() != Some(0) || self.0.stopping() {
+            return;
+        }
+        self.0.poll_control();
+    }
+
     /// Standalone runtimes only: changes the number of harts as tessd would (`Adapt`), to test
     /// an application's adaptation without a cell. Returns false in a cell (use
     /// `tess cell resize` there).

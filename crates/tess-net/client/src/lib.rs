@@ -150,17 +150,17 @@ impl Net {
 
     /// A channel for a socket: in the labelled flow, if there is a label.
     fn open(&self) -> io::Result<Conn> {
+        if let Some(label) = self.label.as_ref().filter(|l| !qos::valid_flow_label(l)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "flow label {label:?} must be 1 to {} characters of A-Z a-z 0-9 _ . -",
+                    qos::MAX_FLOW_LABEL
+                ),
+            ));
+        }
         let mut conn = self.channel()?;
         if let Some(label) = &self.label {
-            if !qos::valid_flow_label(label) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "flow label {label:?} must be 1 to {} characters of A-Z a-z 0-9 _ . -",
-                        qos::MAX_FLOW_LABEL
-                    ),
-                ));
-            }
             conn.request(&wire::Header::new(wire::Op::Label), label.as_bytes())
                 .map_err(|e| {
                     io::Error::new(

@@ -144,6 +144,33 @@ pub fn valid_flow_label(label: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
+/// The name a flow's statistics page is published under (crate `tess-stats`): `prefix`, then
+/// `flow` (`CELL`, `pid:N`, or either with `/LABEL`) as `tess_stats::runtime_name` makes it, with
+/// `-F-` before a label. Cell names have no capital letters, so no cell's own flow can take a
+/// labelled flow's name; where the mapping loses something (a label's `.`, or a name cut to
+/// the page's length) the name ends in a hash of the whole flow instead.
+pub fn flow_page_name(prefix: &str, flow: &str) -> String {
+    let (base, label) = match flow.split_once('/') {
+        Some((b, l)) => (b, Some(l)),
+        None => (flow, None),
+    };
+    let Some(label) = label else {
+        return tess_stats::runtime_name(prefix, base);
+    };
+    let full = format!("{prefix}{base}-F-{label}");
+    let name = tess_stats::runtime_name(prefix, &format!("{base}-F-{label}"));
+    if name == full {
+        return name;
+    }
+    // FNV-1a of the flow: short, stable, and enough to tell a cell's labels apart.
+    let hash = flow.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let tag = format!("-{:06x}", hash & 0xff_ffff);
+    let keep = name.len().min(tess_stats::NAME_BYTES - tag.len());
+    format!("{}{tag}", &name[..keep])
+}
+
 /// The flow key of a client: `cell:NAME`, or `pid:N` for a process outside any cell, followed
 /// by `/LABEL` when its sockets were opened in a labelled flow ([`crate::Net::flow`]): a cell's
 /// labelled flows are flows of their own, each with its own spec (the video conference gives

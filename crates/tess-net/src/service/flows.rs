@@ -39,9 +39,10 @@ pub struct Flow {
     pub published: Option<std::sync::Arc<tess_stats::Publisher>>,
 }
 
-/// The runtime name a flow publishes under: `net-` and its cell (or `pid-N`).
+/// The runtime name a flow publishes under: `net-` and its cell (or `pid-N`), and for a
+/// labelled flow its label ([`tess_net_client::qos::flow_page_name`]).
 pub fn published_name(key: &str) -> String {
-    tess_stats::runtime_name("net-", key.strip_prefix("cell:").unwrap_or(key))
+    tess_net_client::qos::flow_page_name("net-", key.strip_prefix("cell:").unwrap_or(key))
 }
 
 /// All flows, the best-effort entity, and admission.
@@ -57,6 +58,8 @@ pub struct Flows {
     /// Rows by stable index (sessions keep theirs); `None`: a freed slot.
     rows: Vec<Option<Flow>>,
     index: HashMap<String, usize>,
+    /// Rows of labelled flows (`BASE/LABEL`) per base (`cell:NAME`, `pid:N`).
+    labelled: HashMap<String, usize>,
     window_s: f64,
 }
 
@@ -81,6 +84,7 @@ impl Flows {
             best_effort_weight,
             rows: Vec::new(),
             index: HashMap::new(),
+            labelled: HashMap::new(),
             window_s: 0.0,
         }
     }
@@ -112,13 +116,7 @@ impl Flows {
 
     /// Rows of labelled flows of `base` (`cell:NAME` or `pid:N`): keys `base/LABEL`.
     pub fn labelled(&self, base: &str) -> usize {
-        self.live()
-            .filter(|f| {
-                f.key
-                    .strip_prefix(base)
-                    .is_some_and(|rest| rest.starts_with('/'))
-            })
-            .count()
+        self.labelled.get(base).copied().unwrap_or(0)
     }
 
     /// The row of `key`, created (best effort) if new.
@@ -151,6 +149,9 @@ impl Flows {
             }
         };
         self.index.insert(key.to_string(), i);
+        if let Some((base, _)) = key.split_once('/') {
+            *self.labelled.entry(base.to_string()).or_default() += 1;
+        }
         i
     }
 
@@ -197,6 +198,14 @@ impl Flows {
         if idle {
             if let Some(f) = self.rows[i].take() {
                 self.index.remove(&f.key);
+                if let Some((base, _)) = f.key.split_once('/') {
+                    if let Some(n) = self.labelled.get_mut(base) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.labelled.remove(base);
+                        }
+                    }
+                }
             }
         }
     }
@@ -374,7 +383,7 @@ mod tests {
         ] {
             assert!(!valid_key(k), "{k}");
         }
-        assert_eq!(published_name("cell:video/s3"), "net-video-s3");
+        assert_eq!(published_name("cell:video/s3"), "net-video-F-s3");
     }
 
     #[test]

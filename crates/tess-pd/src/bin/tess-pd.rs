@@ -146,14 +146,61 @@ struct ExecArgs {
     /// Scheduling strategy.
     #[arg(long, value_enum, default_value = "serial")]
     strategy: Strategy,
-    /// Harts (threads) for the parallel strategies.
-    #[arg(long, default_value_t = 1)]
-    harts: usize,
+    /// Harts for the parallel strategies: a number (threads of the engine's own, pinned one
+    /// per CPU), or `cell` (render, play, device): the harts of the tess cell the process runs
+    /// in, through the tess runtime: placed by tessd, and followed when `tess cell resize`
+    /// changes them (the graph is split again between two blocks). Run it as `tess run --cell
+    /// NAME -- tess-pd play --strategy work-stealing --harts cell ...`.
+    #[arg(long, default_value = "1", value_parser = parse_harts)]
+    harts: Harts,
+}
+
+/// See [`ExecArgs::harts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Harts {
+    Threads(usize),
+    Cell,
+}
+
+fn parse_harts(s: &str) -> Result<Harts, String> {
+    match s {
+        "cell" => Ok(Harts::Cell),
+        n => match n.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(Harts::Threads(n)),
+            _ => Err(format!(
+                "expected a number of harts (1 or more) or `cell`, not {n:?}"
+            )),
+        },
+    }
 }
 
 impl ExecArgs {
-    fn executor(&self) -> Executor {
-        Executor::new(self.strategy, self.harts)
+    fn executor(&self) -> anyhow::Result<Executor> {
+        match self.harts {
+            Harts::Threads(n) => Ok(Executor::new(self.strategy, n)),
+            Harts::Cell => anyhow::bail!(
+                "--harts cell is for render, play and device (jack's process thread is JACK's)"
+            ),
+        }
+    }
+
+    /// Runs `program` with this executor: on the engine's own threads, or as vhart 0 of the
+    /// tess runtime of the cell the process runs in (`--harts cell`, `tess_pd::cell`).
+    fn run<R: Send + 'static>(
+        &self,
+        program: impl FnOnce(&mut Executor) -> anyhow::Result<R> + Send + 'static,
+    ) -> anyhow::Result<R> {
+        match self.harts {
+            Harts::Threads(n) => program(&mut Executor::new(self.strategy, n)),
+            Harts::Cell => tess_pd::cell::run_on_harts(
+                tess_runtime::Runtime::builder(),
+                self.strategy,
+                program,
+            )
+            .context(
+                "--harts cell: running on the cell's harts (run tess-pd with tess run --cell NAME)",
+            )?,
+        }
     }
 }
 
@@ -182,8 +229,19 @@ enum ConvMode {
 
 impl RtArgs {
     /// Starts the convolution workers if asked, then makes the calling thread and `exec`'s
-    /// harts real time; returns the engine options.
-    fn apply(&self, exec: &mut Executor) -> anyhow::Result<tess_pd::engine::EngineOptions> {
+    /// harts real time; returns the engine options. On a cell's harts (`in_cell`) tessd sets
+    /// the harts' scheduling, so neither is asked for there.
+    fn apply(
+        &self,
+        exec: &mut Executor,
+        in_cell: bool,
+    ) -> anyhow::Result<tess_pd::engine::EngineOptions> {
+        if in_cell && (self.rt_priority.is_some() || self.conv == ConvMode::Preemptive) {
+            anyhow::bail!(
+                "--harts cell: the cell's policy sets its harts' scheduling (tess cell create \
+                 --policy ...); --rt-priority and --conv preemptive are for the engine's own threads"
+            );
+        }
         let conv_workers = match (self.conv, self.rt_priority) {
             (ConvMode::Sync, _) => None,
             (ConvMode::Preemptive, None) => anyhow::bail!(
@@ -275,13 +333,15 @@ fn main() -> anyhow::Result<()> {
             exec,
         } => {
             check_seconds(seconds)?;
-            let mut exec = exec.executor();
             let cfg = Config {
                 sample_rate: rate as f32,
                 block,
             };
-            let chans = tess_pd::render::render(&patch, cfg, seconds, &mut exec)
-                .with_context(|| format!("rendering {}", patch.display()))?;
+            let p = patch.clone();
+            let chans = exec.run(move |exec| {
+                tess_pd::render::render(&p, cfg, seconds, exec)
+                    .with_context(|| format!("rendering {}", p.display()))
+            })?;
             tess_pd::render::write_wav(&out, &chans, rate)?;
             eprintln!(
                 "wrote {} ({} channels, {} samples)",
@@ -301,24 +361,18 @@ fn main() -> anyhow::Result<()> {
             control,
         } => {
             check_seconds(seconds)?;
-            let mut exec = exec.executor();
             let cfg = Config {
                 sample_rate: rate as f32,
                 block,
             };
-            let stop = std::sync::atomic::AtomicBool::new(false);
             let mut control = control.bind()?;
-            let options = rt.apply(&mut exec)?;
-            let r = tess_pd::play::play(
-                &patch,
-                cfg,
-                &options,
-                seconds,
-                &mut exec,
-                &stop,
-                &mut control,
-            )
-            .with_context(|| format!("playing {}", patch.display()))?;
+            let cell = exec.harts == Harts::Cell;
+            let r = exec.run(move |exec| {
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let options = rt.apply(exec, cell)?;
+                tess_pd::play::play(&patch, cfg, &options, seconds, exec, &stop, &mut control)
+                    .with_context(|| format!("playing {}", patch.display()))
+            })?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -348,31 +402,34 @@ fn main() -> anyhow::Result<()> {
             let mut control = control.bind()?;
             seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
-            let mut exec = exec.executor();
-            let options = rt.apply(&mut exec)?;
-            let mut engine = tess_pd::engine::Engine::open_with(&patch, device::config(), &options)
-                .with_context(|| format!("loading {}", patch.display()))?;
-            let mut link =
-                device::Link::bind(listen, net_service.as_deref()).with_context(|| {
-                    match &net_service {
-                        Some(n) => format!("binding {listen} in network service {n}"),
-                        None => format!("binding {listen}"),
-                    }
-                })?;
-            eprintln!(
-                "tess-pd: serving the audio device on {} ({} in / {} out channels of the patch)",
-                link.local_addr()?,
-                engine.input_channels().min(device::CHANNELS),
-                engine.channels().min(device::CHANNELS)
-            );
-            let r = device::serve(
-                &mut engine,
-                &mut exec,
-                &mut link,
-                &tess_sched::rt::STOP,
-                seconds.map(std::time::Duration::from_secs_f64),
-                &mut control,
-            )?;
+            let cell = exec.harts == Harts::Cell;
+            let r = exec.run(move |exec| {
+                let options = rt.apply(exec, cell)?;
+                let mut engine =
+                    tess_pd::engine::Engine::open_with(&patch, device::config(), &options)
+                        .with_context(|| format!("loading {}", patch.display()))?;
+                let mut link =
+                    device::Link::bind(listen, net_service.as_deref()).with_context(|| {
+                        match &net_service {
+                            Some(n) => format!("binding {listen} in network service {n}"),
+                            None => format!("binding {listen}"),
+                        }
+                    })?;
+                eprintln!(
+                    "tess-pd: serving the audio device on {} ({} in / {} out channels of the patch)",
+                    link.local_addr()?,
+                    engine.input_channels().min(device::CHANNELS),
+                    engine.channels().min(device::CHANNELS)
+                );
+                Ok(device::serve(
+                    &mut engine,
+                    exec,
+                    &mut link,
+                    &tess_sched::rt::STOP,
+                    seconds.map(std::time::Duration::from_secs_f64),
+                    &mut control,
+                )?)
+            })?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -418,7 +475,7 @@ fn main() -> anyhow::Result<()> {
             };
             let r = tess_pd::jack_io::play(
                 &patch,
-                exec.executor(),
+                exec.executor()?,
                 opts,
                 seconds,
                 &tess_sched::rt::STOP,

@@ -28,8 +28,9 @@ use tess_heartbeat::{Heartbeat, Target};
 /// A frame is on time when it is decoded within this time of its release (the display
 /// deadline: a conference client's playout delay).
 pub const PLAYOUT_NS: u64 = 100_000_000;
-/// The video cell's heartbeat targets: frames at the rate they are sent, 9 x 30 a second.
-/// Each CPU beat carries the frame's decode CPU time, each flow beat its size: the broker
+/// The video cell's CPU heartbeat target (and its one flow heartbeat's without
+/// `--stream-flows`): frames at the rate they are sent, 9 x 30 a second. Each CPU beat carries
+/// a frame's decode CPU time, each flow beat a frame's size as its header arrives: the broker
 /// sizes the cell's share and its flows from these demands.
 pub const FRAME_TARGET: Duration = Duration::from_nanos(1_000_000_000 / (STREAMS as u64 * 30));
 /// A stream's own target (`--stream-flows`): 30 frames a second.
