@@ -584,6 +584,7 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
                 } else {
                     None
                 },
+                conv_time_distributed: false,
             };
             out.push(crate::play::play(
                 &patch,

@@ -22,6 +22,13 @@
 //!
 //! Outside a cell the same code runs standalone (`Builder::standalone`), which is how the
 //! tests resize it.
+//!
+//! Costs and limits: a shrink that vhart 0 completes (to one hart) joins the retired thread on
+//! vhart 0, up to a few milliseconds once; a program that waits without running blocks calls
+//! [`Executor::checkpoint`] in its wait (the device does, between receive timeouts); the
+//! runtime stopping (tessd deleted the cell) ends `play` and `device` through
+//! [`Executor::stop_requested`]; a panic in a node's code on a worker hart leaves that block
+//! waiting for the task, as it does on the executor's own threads.
 
 use crate::sched::{worker_round, Executor, Hart as ExecHart, Shared, Strategy};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -41,6 +48,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Host {
     /// Harts the runtime has now (from its start, then from each `adapt`).
     harts: AtomicUsize,
+    /// Adaptations so far (bumped after `harts` is stored).
+    adaptations: AtomicU64,
     /// The current split's shared state and the state of each worker's hart (index: vhart
     /// - 1), each taken by its worker.
     current: Mutex<Option<Split>>,
@@ -59,6 +68,7 @@ impl Host {
     fn new(harts: usize) -> Host {
         Host {
             harts: AtomicUsize::new(harts.max(1)),
+            adaptations: AtomicU64::new(0),
             current: Mutex::new(None),
             generation: AtomicU64::new(0),
             handle: OnceLock::new(),
@@ -68,6 +78,13 @@ impl Host {
     /// Harts to split the graph for.
     pub(crate) fn harts(&self) -> usize {
         self.harts.load(Ordering::Acquire)
+    }
+
+    /// Harts to split the graph for, and the adaptations so far (a split made before the last
+    /// one is stale even if the count is back where it was).
+    pub(crate) fn adapted(&self) -> (usize, u64) {
+        let n = self.adaptations.load(Ordering::Acquire);
+        (self.harts.load(Ordering::Acquire), n)
     }
 
     /// A new split: `harts[i]` is vhart `i + 1`'s.
@@ -89,6 +106,11 @@ impl Host {
     /// The runtime, once it started.
     pub(crate) fn handle(&self) -> Option<tess_runtime::Handle> {
         self.handle.get().cloned()
+    }
+
+    /// Whether the runtime was told to stop.
+    pub(crate) fn stopping(&self) -> bool {
+        self.handle.get().is_some_and(|h| h.is_stopping())
     }
 
     /// Lets the runtime read tessd's messages (called by hart 0 before each block).
@@ -178,6 +200,7 @@ impl Scheduler for EngineHarts {
         drop(orphans);
         let _ = old_n;
         self.host.harts.store(new_n.max(1), Ordering::Release);
+        self.host.adaptations.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -187,21 +210,24 @@ pub enum CellError {
     /// The runtime could not start (not in a cell, tessd unreachable, no harts).
     #[error(transparent)]
     Runtime(#[from] tess_runtime::RuntimeError),
-    /// The program panicked.
-    #[error("the engine's program panicked on vhart 0")]
-    Panicked,
+    /// The runtime stopped before the program ran (tessd deleted the cell, or shut the
+    /// runtime down, while it started).
+    #[error("the runtime stopped before the program ran (was the cell deleted?)")]
+    NotRun,
 }
 
 /// Runs `program` as vhart 0 of a tess runtime built by `builder` (the cell the process runs
 /// in, or standalone), with an executor of strategy `strategy` whose other harts are the
-/// runtime's (module docs); returns what `program` returned once every hart has stopped.
+/// runtime's (module docs); returns what `program` returned once every hart has stopped. A
+/// panic of `program` stops the runtime's harts and is resumed here, after they stopped.
 pub fn run_on_harts<R: Send + 'static>(
     builder: tess_runtime::Builder,
     strategy: Strategy,
     program: impl FnOnce(&mut Executor) -> R + Send + 'static,
 ) -> Result<R, CellError> {
     let host = Arc::new(Host::new(1));
-    let out: Arc<Mutex<Option<R>>> = Arc::new(Mutex::new(None));
+    type Outcome<R> = std::thread::Result<R>;
+    let out: Arc<Mutex<Option<Outcome<R>>>> = Arc::new(Mutex::new(None));
     let (h, o) = (host.clone(), out.clone());
     let main = Task::once(move |hart| {
         // Stop every hart however the program ends.
@@ -212,9 +238,12 @@ pub fn run_on_harts<R: Send + 'static>(
             }
         }
         let _stop = StopOnDrop(hart.handle());
-        let mut exec = Executor::hosted(strategy, h);
-        let r = program(&mut exec);
-        drop(exec);
+        // Caught, so that the runtime's other harts are stopped and joined before the panic
+        // goes on (unwinding through the runtime would leave them running).
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut exec = Executor::hosted(strategy, h);
+            program(&mut exec)
+        }));
         *lock(&o) = Some(r);
     });
     let sched = EngineHarts {
@@ -223,5 +252,9 @@ pub fn run_on_harts<R: Send + 'static>(
     };
     builder.build(sched)?.run()?;
     let r = lock(&out).take();
-    r.ok_or(CellError::Panicked)
+    match r {
+        Some(Ok(r)) => Ok(r),
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        None => Err(CellError::NotRun),
+    }
 }

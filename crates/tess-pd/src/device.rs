@@ -269,13 +269,17 @@ pub fn serve(
     let mut samples = [[0f32; FRAMES]; CHANNELS];
     let mut next_seq: Option<u32> = None;
     let mut started: Option<u64> = None;
-    while !stop.load(Ordering::Relaxed) {
+    // On a cell's harts, the runtime stopping (tessd deleted the cell) stops the device too.
+    while !stop.load(Ordering::Relaxed) && !exec.stop_requested() {
         if let (Some(t0), Some(u)) = (started, until) {
             if now_ns().saturating_sub(t0) >= u.as_nanos() as u64 {
                 break;
             }
         }
         let Some((len, from)) = link.recv(&mut rx)? else {
+            // No packet within the receive timeout: no block runs, so tessd's messages are
+            // read here (on a cell's harts; Executor::checkpoint).
+            exec.checkpoint();
             continue;
         };
         let arrived = now_ns();

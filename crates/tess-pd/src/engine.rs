@@ -30,8 +30,12 @@ pub struct Config {
 #[derive(Debug, Clone, Default)]
 pub struct EngineOptions {
     /// Run `tess~conv`'s long levels on these workers (seed 001 section 3.3, preemptive);
-    /// `None`: synchronously, in the block that completes their input.
+    /// `None`: in the engine's own blocks, as `conv_time_distributed` says.
     pub conv_workers: Option<crate::shared::ConvWorkers>,
+    /// Without workers: cut each long level's step into sub-tasks spread over the blocks of
+    /// its period (seed 001 section 3.3, time-distributed) instead of running it whole in
+    /// the block that completes its input (synchronous, the default).
+    pub conv_time_distributed: bool,
 }
 
 /// Long convolution levels a pool serves: enough for any plan `tess~conv` makes (partitions
@@ -129,6 +133,7 @@ impl Engine {
         let mut prog = load::load(path)?;
         prog.shared.sample_rate = config.sample_rate;
         prog.shared.conv_workers = options.conv_workers.clone();
+        prog.shared.conv_time_distributed = options.conv_time_distributed;
         let order = crate::sort::sort(&prog.sort, &prog.signal_edges)?;
         let max_ch = prog.shared.dac.len().max(1);
         prog.shared.ensure_channels(max_ch - 1, config.block);

@@ -137,7 +137,8 @@ pub fn play(
     e.tick(exec);
     let t0 = now_ns() + period_ns;
     let mut k = 0u64;
-    while k < total && !stop.load(Ordering::Relaxed) {
+    // On a cell's harts, the runtime stopping (tessd deleted the cell) stops the play too.
+    while k < total && !stop.load(Ordering::Relaxed) && !exec.stop_requested() {
         let release = t0 + k * period_ns;
         sleep_until_ns(release);
         let start = now_ns();

@@ -235,6 +235,10 @@ pub(crate) struct Shared {
     strategy: Strategy,
     /// Tasks each hart ran (statistics).
     ran: Vec<CachePadded<AtomicU64>>,
+    /// The task graph `tasks` points to, kept alive as long as any hart holds this state: a
+    /// hart may still be leaving its last task when the executor splits the graph again
+    /// (`Executor::retire`) or ends.
+    task_graph: Arc<TaskGraph>,
 }
 
 /// `n` zeroed values, each on its own cache line.
@@ -246,19 +250,20 @@ impl Shared {
     /// State for the tasks of `tg` on one hart per `home` list.
     fn new(
         strategy: Strategy,
-        tg: &TaskGraph,
+        tg: Arc<TaskGraph>,
         home: Vec<Vec<usize>>,
         stealers: Vec<Stealer<u64>>,
     ) -> Shared {
         let (nt, harts) = (tg.tasks.len(), home.len());
         Shared {
+            sinks: tg.succs.iter().filter(|s| s.is_empty()).count() as u64,
+            task_graph: tg,
             graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
             tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
             epoch: CachePadded::default(),
             stop: AtomicBool::new(false),
             remaining: [padded(nt), padded(nt)],
             sinks_done: padded(harts),
-            sinks: tg.succs.iter().filter(|s| s.is_empty()).count() as u64,
             home,
             claimed: padded(nt),
             injector: Injector::new(),
@@ -356,7 +361,9 @@ pub struct Executor {
     harts: usize,
     /// The harts are a tess runtime's, not threads of the executor's own ([`crate::cell`]).
     host: Option<Arc<crate::cell::Host>>,
-    tasks: Option<Box<TaskGraph>>,
+    /// The host's adaptations the current split was made after.
+    adaptations_seen: u64,
+    tasks: Option<Arc<TaskGraph>>,
     shared: Option<Arc<Shared>>,
     hart0: Option<Hart>,
     rt_priority: Option<i32>,
@@ -391,6 +398,7 @@ impl Executor {
             pin_first_cpu: None,
             rt_priority: None,
             host: None,
+            adaptations_seen: 0,
         }
     }
 
@@ -411,6 +419,24 @@ impl Executor {
     /// stop it or (standalone) resize it.
     pub fn runtime(&self) -> Option<tess_runtime::Handle> {
         self.host.as_ref().and_then(|h| h.handle())
+    }
+
+    /// On a tess runtime's harts: lets the runtime read tessd's messages now. [`run_block`]
+    /// does so before each block; a program that waits without running blocks (a device
+    /// with no client yet) calls this in its wait, so that an adaptation only this thread
+    /// can complete (a shrink to one hart) is not held up. Elsewhere it does nothing.
+    ///
+    /// [`run_block`]: Executor::run_block
+    pub fn checkpoint(&self) {
+        if let Some(host) = &self.host {
+            host.checkpoint();
+        }
+    }
+
+    /// On a tess runtime's harts: whether the runtime was told to stop (tessd deletes the
+    /// cell); a program's loop ends then. Elsewhere false.
+    pub fn stop_requested(&self) -> bool {
+        self.host.as_ref().is_some_and(|h| h.stopping())
     }
 
     /// Runs the worker harts `SCHED_FIFO` at this priority (needs root or `CAP_SYS_NICE`; the
@@ -440,7 +466,7 @@ impl Executor {
     }
 
     fn start(&mut self, g: &mut DspGraph) {
-        let tg = Box::new(TaskGraph::from_graph(g, self.harts));
+        let tg = Arc::new(TaskGraph::from_graph(g, self.harts));
         let mut task_of = vec![0; g.nodes.len()];
         for (t, nodes) in tg.tasks.iter().enumerate() {
             for &k in nodes {
@@ -452,7 +478,7 @@ impl Executor {
         let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
         let home = deal_home(g, &tg, self.harts);
-        let shared = Arc::new(Shared::new(self.strategy, &tg, home, stealers));
+        let shared = Arc::new(Shared::new(self.strategy, tg.clone(), home, stealers));
         self.hart0 = Some(Hart::new(0, locals.remove(0)));
         if let Some(host) = &self.host {
             // The runtime's worker tasks take their harts' state from here; nobody waits for
@@ -510,11 +536,9 @@ impl Executor {
     /// and plans its partial sums for them ([`DspGraph::plan_partial_sums`]): an executor runs
     /// one graph for its life.
     pub fn run_block(&mut self, g: &mut DspGraph) {
-        if let Some(host) = &self.host {
-            // tessd's messages are read here: this thread's whole life is one slice of the
-            // runtime's vhart 0 (crate::cell).
-            host.checkpoint();
-        }
+        // tessd's messages are read here: this thread's whole life is one slice of the
+        // runtime's vhart 0 (crate::cell).
+        self.checkpoint();
         if self.strategy == Strategy::Serial {
             for k in 0..g.nodes.len() {
                 // SAFETY: one thread, nodes in Pd's order (a topological order).
@@ -523,13 +547,15 @@ impl Executor {
             return;
         }
         if let Some(host) = &self.host {
-            let want = host.harts();
-            if want != self.harts && self.shared.is_some() {
-                // The cell grew or shrank: between two blocks (every task of the last one is
-                // done, so no hart runs a node), the old workers are sent back to the host and
-                // the graph is split and dealt again for the harts there are now.
+            let (want, adaptations) = host.adapted();
+            if adaptations != self.adaptations_seen && self.shared.is_some() {
+                // The cell grew or shrank (even back to the same size: the vharts that left
+                // took their parts of the split): between two blocks, with every task of the
+                // last one done, so no hart runs a node, the old workers are sent back to the
+                // host and the graph is split and dealt again for the harts there are now.
                 self.retire();
             }
+            self.adaptations_seen = adaptations;
             self.harts = want;
         }
         if self.shared.is_none() {
@@ -539,6 +565,7 @@ impl Executor {
         let g: &DspGraph = g;
         let sh = self.shared.clone().expect("started");
         let tg: &TaskGraph = self.tasks.as_deref().expect("started");
+        debug_assert!(std::ptr::eq(tg, &*sh.task_graph));
         let e = sh.epoch.load(Ordering::Relaxed) + 1;
         let p = (e % 2) as usize;
         // Only joins are counted down: a task with one predecessor is ready when that one is
@@ -830,8 +857,9 @@ fn run_item(sh: &Shared, hart: &mut Hart, item: u64) -> Option<u64> {
     let t = (item & 0xffff_ffff) as usize;
     // SAFETY: an item exists only between the moment its block stored the pointers (before
     // the release that made the item reachable) and the moment the block's last task is done,
-    // and the calling thread stays in `run_block`, borrowing the graph, until then; the task
-    // graph lives in the executor's box for the executor's life.
+    // and the calling thread stays in `run_block`, borrowing the graph, until then; this hart
+    // reads the graph only before its decrements below, which are what may end the block. The
+    // task graph is `sh.task_graph`, alive while this hart holds `sh`.
     let (g, tg) = unsafe {
         (
             &*sh.graph.load(Ordering::Acquire),
@@ -941,7 +969,7 @@ mod tests {
             npreds: vec![0; nt],
             succs: vec![Vec::new(); nt],
         };
-        Shared::new(Strategy::WorkStealing, &tg, home, Vec::new())
+        Shared::new(Strategy::WorkStealing, Arc::new(tg), home, Vec::new())
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub struct Shared {
     /// Where `tess~conv`'s long levels run (`None`: synchronously, in the block that
     /// completes their input).
     pub conv_workers: Option<ConvWorkers>,
+    /// Without workers: time-distributed instead of synchronous long levels.
+    pub conv_time_distributed: bool,
     /// Long convolution steps that missed their deadline (preemptive mode), all objects.
     pub conv_late: Arc<AtomicU64>,
     /// How many of the `adc~` channels some `adc~` object reads (its highest channel): a host

@@ -108,11 +108,48 @@ fn tess_conv_on_preemptive_workers_renders_what_the_synchronous_mode_renders() {
     };
     let options = tess_pd::engine::EngineOptions {
         conv_workers: Some(workers),
+        conv_time_distributed: false,
     };
     for mut exec in [Executor::serial(), Executor::new(Strategy::WorkStealing, 2)] {
         let pre =
             tess_pd::render::render_with(&path, CFG, 1.0, &mut exec, &options).expect("preemptive");
         assert!(pre[0].iter().any(|&v| v != 0.0), "silent");
         assert_eq!(pre, sync);
+    }
+}
+
+/// Time-distributed long levels (the steps cut into sub-tasks over their period's blocks, in
+/// the engine's own blocks): the same samples as the synchronous mode, serially and on 2
+/// harts. Its plan differs (partitions for the heaviest block), so equal to float rounding.
+#[test]
+fn tess_conv_time_distributed_renders_what_the_synchronous_mode_renders() {
+    let ir = response(20_000);
+    let plan = tess_conv::Plan::optimal(
+        64,
+        ir.len(),
+        65_536,
+        &tess_conv::CostModel::default(),
+        tess_conv::Objective::WorstCallback,
+    )
+    .expect("plan");
+    assert!(plan.levels.len() > 1, "a long level to distribute: {plan}");
+    let d = tempfile::tempdir().expect("tmp");
+    let path = d.path().join("conv.pd");
+    std::fs::write(&path, patch(&ir)).expect("write");
+    let sync = tess_pd::render::render(&path, CFG, 1.0, &mut Executor::serial()).expect("sync");
+    let options = tess_pd::engine::EngineOptions {
+        conv_workers: None,
+        conv_time_distributed: true,
+    };
+    for mut exec in [Executor::serial(), Executor::new(Strategy::WorkStealing, 2)] {
+        let td = tess_pd::render::render_with(&path, CFG, 1.0, &mut exec, &options)
+            .expect("time-distributed");
+        assert!(td[0].iter().any(|&v| v != 0.0), "silent");
+        // Another plan, so other rounding: bit-identical output would mean the synchronous
+        // mode's plan ran.
+        assert_ne!(td, sync, "the time-distributed plan was not used");
+        for (n, (x, y)) in sync[0].iter().zip(&td[0]).enumerate() {
+            assert!((x - y).abs() <= 1e-5, "sample {n}: {y} vs synchronous {x}");
+        }
     }
 }

@@ -190,6 +190,12 @@ impl ExecArgs {
         &self,
         program: impl FnOnce(&mut Executor) -> anyhow::Result<R> + Send + 'static,
     ) -> anyhow::Result<R> {
+        if self.harts == Harts::Cell && self.strategy == Strategy::Serial {
+            anyhow::bail!(
+                "--harts cell runs the graph on the cell's harts: give a parallel --strategy \
+                 (work-stealing or global-queue); serial runs on one thread"
+            );
+        }
         match self.harts {
             Harts::Threads(n) => program(&mut Executor::new(self.strategy, n)),
             Harts::Cell => tess_pd::cell::run_on_harts(
@@ -213,9 +219,11 @@ struct RtArgs {
     #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(i32).range(1..=99))]
     rt_priority: Option<i32>,
     /// Where tess~conv runs its long levels: `sync` in the block that completes their input
-    /// (exact; a long response makes that block late), `preemptive` on workers below the
-    /// engine's priority that every block preempts, each step due one period of its level
-    /// later (seed 001 section 3.3; needs --rt-priority 13 or more).
+    /// (exact; a long response makes that block late), `time-distributed` cut into sub-tasks
+    /// spread over the blocks of each level's period (no extra threads; partitions chosen for
+    /// the heaviest block), `preemptive` on workers below the engine's priority that every
+    /// block preempts, each step due one period of its level later (seed 001 section 3.3;
+    /// needs --rt-priority 13 or more). All three render the same samples when on time.
     #[arg(long, value_enum, default_value = "sync")]
     conv: ConvMode,
 }
@@ -224,26 +232,31 @@ struct RtArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum ConvMode {
     Sync,
+    TimeDistributed,
     Preemptive,
 }
 
 impl RtArgs {
-    /// Starts the convolution workers if asked, then makes the calling thread and `exec`'s
-    /// harts real time; returns the engine options. On a cell's harts (`in_cell`) tessd sets
-    /// the harts' scheduling, so neither is asked for there.
-    fn apply(
-        &self,
-        exec: &mut Executor,
-        in_cell: bool,
-    ) -> anyhow::Result<tess_pd::engine::EngineOptions> {
-        if in_cell && (self.rt_priority.is_some() || self.conv == ConvMode::Preemptive) {
+    /// On a cell's harts (`--harts cell`) tessd sets the harts' scheduling: a priority, and
+    /// the preemptive workers that need one, are refused there (before the runtime starts).
+    fn check_for(&self, exec: &ExecArgs) -> anyhow::Result<()> {
+        if exec.harts == Harts::Cell
+            && (self.rt_priority.is_some() || self.conv == ConvMode::Preemptive)
+        {
             anyhow::bail!(
                 "--harts cell: the cell's policy sets its harts' scheduling (tess cell create \
-                 --policy ...); --rt-priority and --conv preemptive are for the engine's own threads"
+                 --policy ...); --rt-priority and --conv preemptive are for the engine's own \
+                 threads (--conv time-distributed runs in the engine's blocks)"
             );
         }
+        Ok(())
+    }
+
+    /// Starts the convolution workers if asked, then makes the calling thread and `exec`'s
+    /// harts real time; returns the engine options.
+    fn apply(&self, exec: &mut Executor) -> anyhow::Result<tess_pd::engine::EngineOptions> {
         let conv_workers = match (self.conv, self.rt_priority) {
-            (ConvMode::Sync, _) => None,
+            (ConvMode::Sync | ConvMode::TimeDistributed, _) => None,
             (ConvMode::Preemptive, None) => anyhow::bail!(
                 "--conv preemptive needs --rt-priority: the workers run below the engine's \
                  SCHED_FIFO priority, so that every block preempts them"
@@ -256,7 +269,10 @@ impl RtArgs {
                 format!("--rt-priority {p}: cannot run at SCHED_FIFO (needs root or CAP_SYS_NICE)")
             })?;
         }
-        Ok(tess_pd::engine::EngineOptions { conv_workers })
+        Ok(tess_pd::engine::EngineOptions {
+            conv_workers,
+            conv_time_distributed: self.conv == ConvMode::TimeDistributed,
+        })
     }
 }
 
@@ -366,10 +382,10 @@ fn main() -> anyhow::Result<()> {
                 block,
             };
             let mut control = control.bind()?;
-            let cell = exec.harts == Harts::Cell;
+            rt.check_for(&exec)?;
             let r = exec.run(move |exec| {
                 let stop = std::sync::atomic::AtomicBool::new(false);
-                let options = rt.apply(exec, cell)?;
+                let options = rt.apply(exec)?;
                 tess_pd::play::play(&patch, cfg, &options, seconds, exec, &stop, &mut control)
                     .with_context(|| format!("playing {}", patch.display()))
             })?;
@@ -402,9 +418,9 @@ fn main() -> anyhow::Result<()> {
             let mut control = control.bind()?;
             seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
-            let cell = exec.harts == Harts::Cell;
+            rt.check_for(&exec)?;
             let r = exec.run(move |exec| {
-                let options = rt.apply(exec, cell)?;
+                let options = rt.apply(exec)?;
                 let mut engine =
                     tess_pd::engine::Engine::open_with(&patch, device::config(), &options)
                         .with_context(|| format!("loading {}", patch.display()))?;

@@ -8,8 +8,11 @@
 //! starts a long level costs more than the others, for a long response more than a block's
 //! deadline); with preemptive workers ([`tess_conv::Mode::Preemptive`], `tess-pd play` and
 //! `device` with `--conv preemptive`) on threads below the engine's priority that every block
-//! preempts, each step due one period of its level later (seed 001 section 3.3). A step that
-//! misses is counted (`Engine::conv_late`).
+//! preempts, each step due one period of its level later (seed 001 section 3.3); or
+//! time-distributed (`--conv time-distributed`, [`tess_conv::Mode::TimeDistributed`]): each
+//! step cut into sub-tasks (FFTs, ranges of partitions) run in the engine's own blocks over
+//! the level's period, with partitions chosen for the heaviest block. A step that misses is
+//! counted (`Engine::conv_late`).
 
 use super::{sarg, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
@@ -55,19 +58,27 @@ impl PdObject for TessConv {
             return;
         };
         let ir = array.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let (mode, when_late) = match &env.shared.conv_workers {
+            Some(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
+            None if env.shared.conv_time_distributed => (Mode::TimeDistributed, WhenLate::Wait),
+            None => (Mode::Synchronous, WhenLate::Wait),
+        };
+        // Time-distributed levels must fit their largest indivisible piece (an FFT) into one
+        // block, so their partitions are chosen for the heaviest block, the others' for the
+        // mean (tess_conv::Objective).
+        let objective = match mode {
+            Mode::TimeDistributed => Objective::WorstCallback,
+            _ => Objective::MeanLoad,
+        };
         // An empty array, or a block the library cannot take: silence, as a missing array.
         let Ok(plan) = Plan::optimal(
             env.block,
             ir.len(),
             MAX_PARTITION,
             &CostModel::default(),
-            Objective::MeanLoad,
+            objective,
         ) else {
             return;
-        };
-        let (mode, when_late) = match &env.shared.conv_workers {
-            Some(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
-            None => (Mode::Synchronous, WhenLate::Wait),
         };
         self.conv = Convolver::new(&ir, &plan, mode, when_late).ok();
         self.ir_len = ir.len();
