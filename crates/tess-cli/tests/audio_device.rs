@@ -51,3 +51,79 @@ fn the_engine_answers_every_packet_of_the_device_in_its_cell() {
     let st = String::from_utf8_lossy(&st.stdout);
     assert!(!st.contains("pd-device-"), "{st}");
 }
+
+/// `tess-pd play --harts cell` in a best-effort cell on two harts of a private tessd: `tess
+/// cell resize` to one hart and back, and the engine splits its graph for each (its report's
+/// `splits`); the shrink, which only the engine's audio thread can complete, is acknowledged
+/// (tessd logs no "shrinking anyway"); the play ends on time.
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
+fn the_engine_follows_its_cell_through_resizes() {
+    if common::harts() < 2 {
+        eprintln!("skipped: needs two harts");
+        return;
+    }
+    let d = Daemon::start();
+    let o = d.tess(&[
+        "cell",
+        "create",
+        "pd-harts",
+        "--policy",
+        "best-effort",
+        "--hart-ids",
+        "0,1",
+    ]);
+    assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    let dir = tempfile::tempdir().unwrap();
+    let patch = dir.path().join("v.pd");
+    // 16 voices of osc~ -> lop~ -> *~ into one dac~: tasks for both harts.
+    let mut text = String::from("#N canvas 0 0 800 600 12;\n#X obj 10 10 dac~;\n");
+    for v in 0..16 {
+        text += &format!(
+            "#X obj 10 10 osc~ {};\n#X obj 10 10 lop~ 2000;\n#X obj 10 10 *~ 0.01;\n",
+            110 + 7 * v
+        );
+    }
+    for v in 0..16 {
+        let o = 1 + 3 * v;
+        text += &format!(
+            "#X connect {o} 0 {} 0;\n#X connect {} 0 {} 0;\n#X connect {} 0 0 0;\n",
+            o + 1,
+            o + 1,
+            o + 2,
+            o + 2
+        );
+    }
+    std::fs::write(&patch, text).unwrap();
+    let play = std::process::Command::new(common::tess_bin())
+        .args(["run", "--cell", "pd-harts", "--"])
+        .arg(tess_testkit::built("tess-pd"))
+        .arg("play")
+        .arg(&patch)
+        .args(["--seconds", "5", "--strategy", "work-stealing"])
+        .args(["--harts", "cell", "--json"])
+        .env("TESS_SOCKET", &d.socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    for harts in ["1", "0,1"] {
+        let o = d.tess(&["cell", "resize", "pd-harts", "--hart-ids", harts]);
+        assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+    }
+    let out = play.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the play report");
+    let splits: Vec<u64> = r["splits"]
+        .as_array()
+        .expect("splits")
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(splits, [2, 1, 2], "{r}");
+    let log = d.log();
+    assert!(!log.contains("shrinking anyway"), "{log}");
+}

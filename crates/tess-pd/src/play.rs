@@ -50,6 +50,10 @@ pub struct PlayReport {
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
+    /// The harts the graph was split for, in order (none for the serial strategy): one entry,
+    /// or on a cell's harts (`--harts cell`) one more after each resize of the cell
+    /// ([`Executor::splits`]).
+    pub splits: Vec<usize>,
 }
 
 /// The sample at or above rank `q` of `sorted` ns samples, in us (0 when there are none).
@@ -175,6 +179,7 @@ pub fn play(
         compute_p50_us: percentile(&compute, 0.5),
         conv_late: e.conv_late(),
         osc: control.osc_report(),
+        splits: exec.splits().to_vec(),
     })
 }
 

@@ -363,6 +363,8 @@ pub struct Executor {
     host: Option<Arc<crate::cell::Host>>,
     /// The host's adaptations the current split was made after.
     adaptations_seen: u64,
+    /// The harts of each split of the graph so far.
+    splits: Vec<usize>,
     tasks: Option<Arc<TaskGraph>>,
     shared: Option<Arc<Shared>>,
     hart0: Option<Hart>,
@@ -399,6 +401,7 @@ impl Executor {
             rt_priority: None,
             host: None,
             adaptations_seen: 0,
+            splits: Vec::new(),
         }
     }
 
@@ -460,12 +463,19 @@ impl Executor {
             .unwrap_or_default()
     }
 
+    /// The harts the graph was split for, one entry per split so far (on a tess runtime's
+    /// harts a new split follows each resize of the cell).
+    pub fn splits(&self) -> &[usize] {
+        &self.splits
+    }
+
     /// Number of tasks the graph was split into (after the first block).
     pub fn task_count(&self) -> usize {
         self.tasks.as_ref().map(|t| t.tasks.len()).unwrap_or(0)
     }
 
     fn start(&mut self, g: &mut DspGraph) {
+        self.splits.push(self.harts);
         let tg = Arc::new(TaskGraph::from_graph(g, self.harts));
         let mut task_of = vec![0; g.nodes.len()];
         for (t, nodes) in tg.tasks.iter().enumerate() {

@@ -402,6 +402,13 @@ fn main() -> anyhow::Result<()> {
                 );
                 print_conv_late(r.conv_late);
                 print_osc(&r.osc);
+                if r.splits.len() > 1 {
+                    let s: Vec<String> = r.splits.iter().map(usize::to_string).collect();
+                    println!(
+                        "the cell was resized: graph split for {} harts",
+                        s.join(", then ")
+                    );
+                }
             }
         }
         Cmd::Device {
