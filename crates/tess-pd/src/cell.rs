@@ -2,7 +2,7 @@
 //! system hands the cell harts, the engine schedules its graph on them, and it is told when
 //! they change.
 //!
-//! [`run_on_harts`] runs a program (`tess-pd play`, `device`, `render`) on a
+//! [`run_on_harts`] runs a program (`tess-pd play`, `device`, `render`, `jack`) on a
 //! [`tess_runtime::Runtime`]: the runtime runs one kernel thread per hart of the cell, placed
 //! by tessd (a reserved cell's threads become its `SCHED_DEADLINE` threads; other cells' pin
 //! themselves), and calls the cell's scheduler, [`EngineHarts`]:

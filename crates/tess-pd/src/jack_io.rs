@@ -100,6 +100,9 @@ pub struct JackReport {
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
+    /// The harts the graph was split for, in order ([`Executor::splits`]; none for the
+    /// serial strategy).
+    pub splits: Vec<usize>,
 }
 
 /// The real-time side: the engine, its executor and the ports, owned by JACK's process thread.
@@ -167,6 +170,12 @@ impl jack::NotificationHandler for Notifications {
 }
 
 /// Plays `patch` through JACK until `stop` is set or `seconds` pass.
+///
+/// With an executor on a tess runtime's harts ([`crate::cell::run_on_harts`]) JACK's process
+/// thread is the executor's hart 0 and the runtime's other harts its workers; the calling
+/// thread (the runtime's vhart 0) waits here and reads tessd's messages, and the process
+/// thread splits the graph again at its next block after a resize (that block does the
+/// splitting's work too, so it may be late once). The play ends when the runtime stops.
 pub fn play(
     patch: &Path,
     mut exec: Executor,
@@ -215,6 +224,7 @@ pub fn play(
     // The first block splits the graph into tasks and starts the executor's threads: do it
     // here, not in JACK's real-time callback.
     engine.tick(&mut exec);
+    let runtime = exec.runtime();
     let xruns = Arc::new(AtomicU64::new(0));
     let process = Process {
         engine,
@@ -257,6 +267,14 @@ pub fn play(
     }
     let until = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
     while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {
+        if let Some(rt) = &runtime {
+            // This thread is the runtime's vhart 0: the only one that can complete a shrink
+            // to one hart (JACK's thread is not a runtime hart).
+            rt.checkpoint();
+            if rt.is_stopping() {
+                break;
+            }
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let (_, _, process) = active
@@ -277,5 +295,6 @@ pub fn play(
         period_us: buffer as f64 * 1e6 / rate as f64,
         midi_events: process.midi_events,
         osc: process.control.osc_report(),
+        splits: process.exec.splits().to_vec(),
     })
 }

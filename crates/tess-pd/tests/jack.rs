@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tess_pd::jack_io::{self, JackOptions};
-use tess_pd::sched::Executor;
+use tess_pd::sched::{Executor, Strategy};
 
 /// A private `jackd -d dummy`, stopped by the pid we started when dropped.
 struct Server {
@@ -210,7 +210,37 @@ fn a_patch_plays_through_a_jack_server() {
     };
     let report = jack_io::play(&patch, Executor::serial(), opts, Some(1.0), &stop).unwrap();
     tester.deactivate().unwrap();
+
+    // The same patch on a tess runtime's harts (standalone: no tessd here), resized to one hart
+    // and back while it plays: JACK's process thread is the executor's hart 0, the runtime's
+    // other hart its worker, and the graph is split again for each size.
+    let p2 = patch.clone();
+    let on_harts = tess_pd::cell::run_on_harts(
+        tess_runtime::Runtime::builder().standalone(2, None),
+        Strategy::WorkStealing,
+        move |exec| {
+            let rt = exec.runtime().expect("on a runtime");
+            let resizer = std::thread::spawn(move || {
+                for n in [1, 2] {
+                    std::thread::sleep(Duration::from_millis(400));
+                    assert!(rt.resize(n), "a standalone runtime resizes");
+                }
+            });
+            let exec = std::mem::replace(exec, Executor::serial());
+            let opts = JackOptions {
+                client_name: "tess-pd-harts".into(),
+                ..Default::default()
+            };
+            let r = jack_io::play(&p2, exec, opts, Some(1.5), &AtomicBool::new(false));
+            resizer.join().unwrap();
+            r
+        },
+    )
+    .expect("the runtime ran")
+    .expect("played on the runtime's harts");
     drop(server);
+    assert_eq!(on_harts.splits, [2, 1, 2], "{on_harts:?}");
+    assert!(on_harts.periods > 100, "{on_harts:?}");
 
     assert_eq!(report.sample_rate, 48000);
     assert_eq!(report.buffer_size, 128);

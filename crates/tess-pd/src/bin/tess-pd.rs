@@ -147,10 +147,11 @@ struct ExecArgs {
     #[arg(long, value_enum, default_value = "serial")]
     strategy: Strategy,
     /// Harts for the parallel strategies: a number (threads of the engine's own, pinned one
-    /// per CPU), or `cell` (render, play, device): the harts of the tess cell the process runs
-    /// in, through the tess runtime: placed by tessd, and followed when `tess cell resize`
-    /// changes them (the graph is split again between two blocks). Run it as `tess run --cell
-    /// NAME -- tess-pd play --strategy work-stealing --harts cell ...`.
+    /// per CPU), or `cell`: the harts of the tess cell the process runs in, through the tess
+    /// runtime: placed by tessd, and followed when `tess cell resize` changes them (the graph
+    /// is split again between two blocks). Run it as `tess run --cell NAME -- tess-pd play
+    /// --strategy work-stealing --harts cell ...`. With `jack`, JACK's process thread is the
+    /// engine's first hart and the cell's harts run the others.
     #[arg(long, default_value = "1", value_parser = parse_harts)]
     harts: Harts,
 }
@@ -175,15 +176,6 @@ fn parse_harts(s: &str) -> Result<Harts, String> {
 }
 
 impl ExecArgs {
-    fn executor(&self) -> anyhow::Result<Executor> {
-        match self.harts {
-            Harts::Threads(n) => Ok(Executor::new(self.strategy, n)),
-            Harts::Cell => anyhow::bail!(
-                "--harts cell is for render, play and device (jack's process thread is JACK's)"
-            ),
-        }
-    }
-
     /// Runs `program` with this executor: on the engine's own threads, or as vhart 0 of the
     /// tess runtime of the cell the process runs in (`--harts cell`, `tess_pd::cell`).
     fn run<R: Send + 'static>(
@@ -496,14 +488,12 @@ fn main() -> anyhow::Result<()> {
                 connect_midi,
                 control: control.bind()?,
             };
-            let r = tess_pd::jack_io::play(
-                &patch,
-                exec.executor()?,
-                opts,
-                seconds,
-                &tess_sched::rt::STOP,
-            )
-            .with_context(|| format!("playing {} through JACK", patch.display()))?;
+            let r = exec.run(move |exec| {
+                // JACK's process callback takes the executor over.
+                let exec = std::mem::replace(exec, Executor::serial());
+                tess_pd::jack_io::play(&patch, exec, opts, seconds, &tess_sched::rt::STOP)
+                    .with_context(|| format!("playing {} through JACK", patch.display()))
+            })?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
