@@ -76,25 +76,9 @@ fn the_engine_follows_its_cell_through_resizes() {
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
     let dir = tempfile::tempdir().unwrap();
     let patch = dir.path().join("v.pd");
-    // 16 voices of osc~ -> lop~ -> *~ into one dac~: tasks for both harts.
-    let mut text = String::from("#N canvas 0 0 800 600 12;\n#X obj 10 10 dac~;\n");
-    for v in 0..16 {
-        text += &format!(
-            "#X obj 10 10 osc~ {};\n#X obj 10 10 lop~ 2000;\n#X obj 10 10 *~ 0.01;\n",
-            110 + 7 * v
-        );
-    }
-    for v in 0..16 {
-        let o = 1 + 3 * v;
-        text += &format!(
-            "#X connect {o} 0 {} 0;\n#X connect {} 0 {} 0;\n#X connect {} 0 0 0;\n",
-            o + 1,
-            o + 1,
-            o + 2,
-            o + 2
-        );
-    }
-    std::fs::write(&patch, text).unwrap();
+    // 16 voices (the graph bench's osc~ -> vcf~ -> env~ chains) into one dac~: tasks for
+    // both harts.
+    std::fs::write(&patch, tess_pd::bench::voices_patch(16)).unwrap();
     let play = std::process::Command::new(common::tess_bin())
         .args(["run", "--cell", "pd-harts", "--"])
         .arg(tess_testkit::built("tess-pd"))

@@ -75,6 +75,22 @@ fn tess_conv_without_its_array_is_silent() {
     assert!(out[0].iter().all(|v| *v == 0.0));
 }
 
+/// The plan `tess~conv` makes for a `len`-sample response at 64-sample blocks, for `objective`.
+fn object_plan(len: usize, objective: tess_conv::Objective) -> tess_conv::Plan {
+    tess_conv::Plan::optimal(64, len, 65_536, &tess_conv::CostModel::default(), objective)
+        .expect("plan")
+}
+
+/// The patch of `ir` in a temporary folder (kept while the first value lives), its path, and
+/// 1 s of it rendered serially with the synchronous long levels.
+fn patch_and_sync_render(ir: &[f32]) -> (tempfile::TempDir, std::path::PathBuf, Vec<Vec<f32>>) {
+    let d = tempfile::tempdir().expect("tmp");
+    let path = d.path().join("conv.pd");
+    std::fs::write(&path, patch(ir)).expect("write");
+    let sync = tess_pd::render::render(&path, CFG, 1.0, &mut Executor::serial()).expect("sync");
+    (d, path, sync)
+}
+
 /// Preemptive workers (ordinary threads here, told to wait for late steps so the output is
 /// exact): the same samples as the synchronous mode, bit for bit (the same steps, run on
 /// another thread), serially and on 2 harts, with a response long enough for several levels.
@@ -82,19 +98,9 @@ fn tess_conv_without_its_array_is_silent() {
 fn tess_conv_on_preemptive_workers_renders_what_the_synchronous_mode_renders() {
     let ir = response(20_000);
     // the object's plan (its defaults) has long levels for the workers to run
-    let plan = tess_conv::Plan::optimal(
-        64,
-        ir.len(),
-        65_536,
-        &tess_conv::CostModel::default(),
-        tess_conv::Objective::MeanLoad,
-    )
-    .expect("plan");
+    let plan = object_plan(ir.len(), tess_conv::Objective::MeanLoad);
     assert!(plan.levels.len() > 2, "{plan}");
-    let d = tempfile::tempdir().expect("tmp");
-    let path = d.path().join("conv.pd");
-    std::fs::write(&path, patch(&ir)).expect("write");
-    let sync = tess_pd::render::render(&path, CFG, 1.0, &mut Executor::serial()).expect("sync");
+    let (_d, path, sync) = patch_and_sync_render(&ir);
     let workers = tess_pd::shared::ConvWorkers {
         pool: std::sync::Arc::new(
             tess_conv::Pool::new(tess_conv::PoolOptions {
@@ -124,19 +130,9 @@ fn tess_conv_on_preemptive_workers_renders_what_the_synchronous_mode_renders() {
 #[test]
 fn tess_conv_time_distributed_renders_what_the_synchronous_mode_renders() {
     let ir = response(20_000);
-    let plan = tess_conv::Plan::optimal(
-        64,
-        ir.len(),
-        65_536,
-        &tess_conv::CostModel::default(),
-        tess_conv::Objective::WorstCallback,
-    )
-    .expect("plan");
+    let plan = object_plan(ir.len(), tess_conv::Objective::WorstCallback);
     assert!(plan.levels.len() > 1, "a long level to distribute: {plan}");
-    let d = tempfile::tempdir().expect("tmp");
-    let path = d.path().join("conv.pd");
-    std::fs::write(&path, patch(&ir)).expect("write");
-    let sync = tess_pd::render::render(&path, CFG, 1.0, &mut Executor::serial()).expect("sync");
+    let (_d, path, sync) = patch_and_sync_render(&ir);
     let options = tess_pd::engine::EngineOptions {
         conv_workers: None,
         conv_time_distributed: true,
