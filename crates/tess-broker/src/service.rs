@@ -183,14 +183,14 @@ impl Flows for NetService {
             ..QosSpec::default()
         };
         self.call(&ControlRequest::Set {
-            flow: flow_key(Some(flow), 0, None),
+            flow: flow_key(Some(flow), 0),
             spec,
         })
     }
 
     fn clear(&mut self, flow: &str) -> anyhow::Result<()> {
         self.call(&tess_net_client::ControlRequest::Clear {
-            flow: tess_net_client::qos::flow_key(Some(flow), 0, None),
+            flow: tess_net_client::qos::flow_key(Some(flow), 0),
         })
     }
 }

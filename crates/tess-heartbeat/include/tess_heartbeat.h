@@ -54,9 +54,10 @@ int tess_heartbeat_register(const char *name, uint64_t target_ns_per_unit, tess_
 void tess_heartbeat_beat(const tess_heartbeat_t *hb);
 
 // One unit of work is done, and `value` is its demand: the CPU nanoseconds it used (a CPU
-// heartbeat), or its size in bytes (a heartbeat named `NAME.net` or
-// `NAME@LABEL.net`, of one of the cell's network flows). The PACORA broker sizes the cell
-// from it (docs/broker.md, "Beats that carry demands"); pass 0 for none. Safe to call from several threads at once. No system call.
+// heartbeat), or its size in bytes (a heartbeat named `NAME.net` or `NAME@LABEL.net`, of
+// one of the cell's network flows). The PACORA broker sizes the cell from it (docs/broker.md,
+// "Beats that carry demands"); pass 0 for none. Safe to call from several threads at once. No
+// system call.
 //
 // # Safety
 // `hb` is a handle from `tess_heartbeat_register` not yet freed.

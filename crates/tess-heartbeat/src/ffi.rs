@@ -84,9 +84,10 @@ pub unsafe extern "C" fn tess_heartbeat_beat(hb: *const TessHeartbeat) {
 }
 
 /// One unit of work is done, and `value` is its demand: the CPU nanoseconds it used (a CPU
-/// heartbeat), or its size in bytes (a heartbeat named `NAME.net` or
-/// `NAME@LABEL.net`, of one of the cell's network flows). The PACORA broker sizes the cell
-/// from it (docs/broker.md, "Beats that carry demands"); pass 0 for none. Safe to call from several threads at once. No system call.
+/// heartbeat), or its size in bytes (a heartbeat named `NAME.net` or `NAME@LABEL.net`, of
+/// one of the cell's network flows). The PACORA broker sizes the cell from it (docs/broker.md,
+/// "Beats that carry demands"); pass 0 for none. Safe to call from several threads at once. No
+/// system call.
 ///
 /// # Safety
 /// `hb` is a handle from `tess_heartbeat_register` not yet freed.

@@ -579,12 +579,13 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
         let mut out = Vec::new();
         for preemptive in [false, true] {
             let options = EngineOptions {
-                conv_workers: if preemptive {
-                    Some(crate::engine::conv_workers(o2.rt_priority)?)
+                long_levels: if preemptive {
+                    crate::shared::LongLevels::Preemptive(crate::engine::conv_workers(
+                        o2.rt_priority,
+                    )?)
                 } else {
-                    None
+                    crate::shared::LongLevels::Synchronous
                 },
-                conv_time_distributed: false,
             };
             out.push(crate::play::play(
                 &patch,

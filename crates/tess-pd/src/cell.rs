@@ -194,11 +194,10 @@ impl Scheduler for EngineHarts {
         None
     }
 
-    fn adapt(&self, old_n: usize, new_n: usize, orphans: Vec<Task>) {
+    fn adapt(&self, _old_n: usize, new_n: usize, orphans: Vec<Task>) {
         // The retired harts' workers hold nothing the executor needs: their split's state is
         // shared, and it is replaced before the next block.
         drop(orphans);
-        let _ = old_n;
         self.host.harts.store(new_n.max(1), Ordering::Release);
         self.host.adaptations.fetch_add(1, Ordering::AcqRel);
     }
@@ -230,21 +229,15 @@ pub fn run_on_harts<R: Send + 'static>(
     let out: Arc<Mutex<Option<Outcome<R>>>> = Arc::new(Mutex::new(None));
     let (h, o) = (host.clone(), out.clone());
     let main = Task::once(move |hart| {
-        // Stop every hart however the program ends.
-        struct StopOnDrop(tess_runtime::Handle);
-        impl Drop for StopOnDrop {
-            fn drop(&mut self) {
-                self.0.stop();
-            }
-        }
-        let _stop = StopOnDrop(hart.handle());
-        // Caught, so that the runtime's other harts are stopped and joined before the panic
-        // goes on (unwinding through the runtime would leave them running).
+        // A panic is caught, so that however the program ends the runtime's other harts are
+        // stopped and joined before it goes on (unwinding through the runtime would leave
+        // them running).
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut exec = Executor::hosted(strategy, h);
             program(&mut exec)
         }));
         *lock(&o) = Some(r);
+        hart.handle().stop();
     });
     let sched = EngineHarts {
         host,

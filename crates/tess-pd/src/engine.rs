@@ -29,20 +29,15 @@ pub struct Config {
 /// What else an engine may be given besides its [`Config`].
 #[derive(Debug, Clone, Default)]
 pub struct EngineOptions {
-    /// Run `tess~conv`'s long levels on these workers (seed 001 section 3.3, preemptive);
-    /// `None`: in the engine's own blocks, as `conv_time_distributed` says.
-    pub conv_workers: Option<crate::shared::ConvWorkers>,
-    /// Without workers: cut each long level's step into sub-tasks spread over the blocks of
-    /// its period (seed 001 section 3.3, time-distributed) instead of running it whole in
-    /// the block that completes its input (synchronous, the default).
-    pub conv_time_distributed: bool,
+    /// Where `tess~conv`'s long levels run (default: synchronously).
+    pub long_levels: crate::shared::LongLevels,
 }
 
 /// Long convolution levels a pool serves: enough for any plan `tess~conv` makes (partitions
 /// from the smallest block, 16 samples, up to its largest, 65,536: twelve doublings).
 pub const CONV_LEVELS: usize = 12;
 
-/// Starts the workers for [`EngineOptions::conv_workers`] in real time: SCHED_FIFO from
+/// Starts the workers for [`LongLevels::Preemptive`](crate::shared::LongLevels) in real time: SCHED_FIFO from
 /// `engine_priority - 1` down (one step per level, the shortest level highest), so that every
 /// block of the engine preempts them; unpinned, so they run on whichever of the calling
 /// thread's CPUs the engine leaves idle. Needs `engine_priority` of at least
@@ -132,8 +127,7 @@ impl Engine {
         }
         let mut prog = load::load(path)?;
         prog.shared.sample_rate = config.sample_rate;
-        prog.shared.conv_workers = options.conv_workers.clone();
-        prog.shared.conv_time_distributed = options.conv_time_distributed;
+        prog.shared.long_levels = options.long_levels.clone();
         let order = crate::sort::sort(&prog.sort, &prog.signal_edges)?;
         let max_ch = prog.shared.dac.len().max(1);
         prog.shared.ensure_channels(max_ch - 1, config.block);

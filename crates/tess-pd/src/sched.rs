@@ -215,7 +215,6 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
 /// finds items of the current block, and uses the set its item names.
 pub(crate) struct Shared {
     graph: CachePadded<AtomicPtr<DspGraph>>,
-    tasks: CachePadded<AtomicPtr<TaskGraph>>,
     epoch: CachePadded<AtomicU64>,
     stop: AtomicBool,
     remaining: [Vec<CachePadded<AtomicUsize>>; 2],
@@ -235,9 +234,8 @@ pub(crate) struct Shared {
     strategy: Strategy,
     /// Tasks each hart ran (statistics).
     ran: Vec<CachePadded<AtomicU64>>,
-    /// The task graph `tasks` points to, kept alive as long as any hart holds this state: a
-    /// hart may still be leaving its last task when the executor splits the graph again
-    /// (`Executor::retire`) or ends.
+    /// The tasks, alive as long as any hart holds this state: a hart may still be leaving its
+    /// last task when the executor splits the graph again (`Executor::retire`) or ends.
     task_graph: Arc<TaskGraph>,
 }
 
@@ -259,7 +257,6 @@ impl Shared {
             sinks: tg.succs.iter().filter(|s| s.is_empty()).count() as u64,
             task_graph: tg,
             graph: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
-            tasks: CachePadded::new(AtomicPtr::new(std::ptr::null_mut())),
             epoch: CachePadded::default(),
             stop: AtomicBool::new(false),
             remaining: [padded(nt), padded(nt)],
@@ -365,7 +362,6 @@ pub struct Executor {
     adaptations_seen: u64,
     /// The harts of each split of the graph so far.
     splits: Vec<usize>,
-    tasks: Option<Arc<TaskGraph>>,
     shared: Option<Arc<Shared>>,
     hart0: Option<Hart>,
     rt_priority: Option<i32>,
@@ -393,7 +389,6 @@ impl Executor {
         Executor {
             strategy,
             harts: harts.clamp(1, CLAIMER_MASK as usize),
-            tasks: None,
             shared: None,
             hart0: None,
             threads: Vec::new(),
@@ -471,7 +466,10 @@ impl Executor {
 
     /// Number of tasks the graph was split into (after the first block).
     pub fn task_count(&self) -> usize {
-        self.tasks.as_ref().map(|t| t.tasks.len()).unwrap_or(0)
+        self.shared
+            .as_ref()
+            .map(|s| s.task_graph.tasks.len())
+            .unwrap_or(0)
     }
 
     fn start(&mut self, g: &mut DspGraph) {
@@ -488,7 +486,7 @@ impl Executor {
         let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
         let home = deal_home(g, &tg, self.harts);
-        let shared = Arc::new(Shared::new(self.strategy, tg.clone(), home, stealers));
+        let shared = Arc::new(Shared::new(self.strategy, tg, home, stealers));
         self.hart0 = Some(Hart::new(0, locals.remove(0)));
         if let Some(host) = &self.host {
             // The runtime's worker tasks take their harts' state from here; nobody waits for
@@ -499,7 +497,6 @@ impl Executor {
                 .map(|(i, l)| Hart::new(i + 1, l))
                 .collect();
             host.publish(shared.clone(), harts);
-            self.tasks = Some(tg);
             self.shared = Some(shared);
             return;
         }
@@ -538,7 +535,6 @@ impl Executor {
         if let Some(first) = pin {
             pin_to(first);
         }
-        self.tasks = Some(tg);
         self.shared = Some(shared);
     }
 
@@ -574,8 +570,7 @@ impl Executor {
         // from here on the harts share the graph
         let g: &DspGraph = g;
         let sh = self.shared.clone().expect("started");
-        let tg: &TaskGraph = self.tasks.as_deref().expect("started");
-        debug_assert!(std::ptr::eq(tg, &*sh.task_graph));
+        let tg: &TaskGraph = &sh.task_graph;
         let e = sh.epoch.load(Ordering::Relaxed) + 1;
         let p = (e % 2) as usize;
         // Only joins are counted down: a task with one predecessor is ready when that one is
@@ -587,19 +582,13 @@ impl Executor {
         {
             r.store(n, Ordering::Relaxed);
         }
-        // Stored only when they change: a store, even of the same value, takes the line from
+        // Stored only when it changes: a store, even of the same value, takes the line from
         // every other hart's cache, and each would miss on its first task.
-        let (gp, tp) = (
-            g as *const DspGraph as *mut DspGraph,
-            tg as *const TaskGraph as *mut TaskGraph,
-        );
+        let gp = g as *const DspGraph as *mut DspGraph;
         if sh.graph.load(Ordering::Relaxed) != gp {
             sh.graph.store(gp, Ordering::Relaxed);
         }
-        if sh.tasks.load(Ordering::Relaxed) != tp {
-            sh.tasks.store(tp, Ordering::Relaxed);
-        }
-        // publishes the counts and pointers to the harts that wake on it
+        // publishes the counts and the pointer to the harts that wake on it
         sh.epoch.store(e, Ordering::Release);
         let hart0 = self.hart0.as_mut().expect("started");
         if self.strategy == Strategy::GlobalQueue {
@@ -631,7 +620,6 @@ impl Executor {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        self.tasks = None;
         self.hart0 = None;
     }
 }
@@ -865,17 +853,12 @@ impl Hart {
 fn run_item(sh: &Shared, hart: &mut Hart, item: u64) -> Option<u64> {
     let te = item >> 32;
     let t = (item & 0xffff_ffff) as usize;
-    // SAFETY: an item exists only between the moment its block stored the pointers (before
-    // the release that made the item reachable) and the moment the block's last task is done,
-    // and the calling thread stays in `run_block`, borrowing the graph, until then; this hart
-    // reads the graph only before its decrements below, which are what may end the block. The
-    // task graph is `sh.task_graph`, alive while this hart holds `sh`.
-    let (g, tg) = unsafe {
-        (
-            &*sh.graph.load(Ordering::Acquire),
-            &*sh.tasks.load(Ordering::Acquire),
-        )
-    };
+    // SAFETY: an item exists only between the moment its block stored the pointer (before the
+    // release that made the item reachable) and the moment the block's last task is done, and
+    // the calling thread stays in `run_block`, borrowing the graph, until then; this hart reads
+    // the graph only before its decrements below, which are what may end the block.
+    let g = unsafe { &*sh.graph.load(Ordering::Acquire) };
+    let tg: &TaskGraph = &sh.task_graph;
     let p = (te % 2) as usize;
     let nodes = &tg.tasks[t];
     // A few nodes before the end, fetch the joins' count lines for writing, so that the

@@ -62,6 +62,19 @@ pub struct ConvWorkers {
     pub when_late: tess_conv::WhenLate,
 }
 
+/// Where `tess~conv`'s long levels run (seed 001 section 3.3).
+#[derive(Debug, Clone, Default)]
+pub enum LongLevels {
+    /// Whole, in the block that completes their input: exact, and bursty.
+    #[default]
+    Synchronous,
+    /// Each step cut into sub-tasks spread over the blocks of its level's period (approach 2),
+    /// with partitions chosen for the heaviest block.
+    TimeDistributed,
+    /// On workers below the engine's priority that every block preempts (approach 1).
+    Preemptive(ConvWorkers),
+}
+
 /// All named state of one patch.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -88,11 +101,8 @@ pub struct Shared {
     pub adc: Vec<Bus>,
     /// The engine's sample rate, Hz (what `soundfiler write` writes by default).
     pub sample_rate: f32,
-    /// Where `tess~conv`'s long levels run (`None`: synchronously, in the block that
-    /// completes their input).
-    pub conv_workers: Option<ConvWorkers>,
-    /// Without workers: time-distributed instead of synchronous long levels.
-    pub conv_time_distributed: bool,
+    /// Where `tess~conv`'s long levels run.
+    pub long_levels: LongLevels,
     /// Long convolution steps that missed their deadline (preemptive mode), all objects.
     pub conv_late: Arc<AtomicU64>,
     /// How many of the `adc~` channels some `adc~` object reads (its highest channel): a host

@@ -91,6 +91,19 @@ fn patch_and_sync_render(ir: &[f32]) -> (tempfile::TempDir, std::path::PathBuf, 
     (d, path, sync)
 }
 
+/// 1 s of the patch at `path` with `options`, serially and with work stealing on 2 harts;
+/// neither is silent.
+fn render_serially_and_on_2_harts(
+    path: &std::path::Path,
+    options: &tess_pd::engine::EngineOptions,
+) -> [Vec<Vec<f32>>; 2] {
+    [Executor::serial(), Executor::new(Strategy::WorkStealing, 2)].map(|mut exec| {
+        let out = tess_pd::render::render_with(path, CFG, 1.0, &mut exec, options).expect("render");
+        assert!(out[0].iter().any(|&v| v != 0.0), "silent");
+        out
+    })
+}
+
 /// Preemptive workers (ordinary threads here, told to wait for late steps so the output is
 /// exact): the same samples as the synchronous mode, bit for bit (the same steps, run on
 /// another thread), serially and on 2 harts, with a response long enough for several levels.
@@ -113,13 +126,9 @@ fn tess_conv_on_preemptive_workers_renders_what_the_synchronous_mode_renders() {
         when_late: tess_conv::WhenLate::Wait,
     };
     let options = tess_pd::engine::EngineOptions {
-        conv_workers: Some(workers),
-        conv_time_distributed: false,
+        long_levels: tess_pd::shared::LongLevels::Preemptive(workers),
     };
-    for mut exec in [Executor::serial(), Executor::new(Strategy::WorkStealing, 2)] {
-        let pre =
-            tess_pd::render::render_with(&path, CFG, 1.0, &mut exec, &options).expect("preemptive");
-        assert!(pre[0].iter().any(|&v| v != 0.0), "silent");
+    for pre in render_serially_and_on_2_harts(&path, &options) {
         assert_eq!(pre, sync);
     }
 }
@@ -134,13 +143,9 @@ fn tess_conv_time_distributed_renders_what_the_synchronous_mode_renders() {
     assert!(plan.levels.len() > 1, "a long level to distribute: {plan}");
     let (_d, path, sync) = patch_and_sync_render(&ir);
     let options = tess_pd::engine::EngineOptions {
-        conv_workers: None,
-        conv_time_distributed: true,
+        long_levels: tess_pd::shared::LongLevels::TimeDistributed,
     };
-    for mut exec in [Executor::serial(), Executor::new(Strategy::WorkStealing, 2)] {
-        let td = tess_pd::render::render_with(&path, CFG, 1.0, &mut exec, &options)
-            .expect("time-distributed");
-        assert!(td[0].iter().any(|&v| v != 0.0), "silent");
+    for td in render_serially_and_on_2_harts(&path, &options) {
         // Another plan, so other rounding: bit-identical output would mean the synchronous
         // mode's plan ran.
         assert_ne!(td, sync, "the time-distributed plan was not used");

@@ -562,16 +562,20 @@ fn run_one(env: &Env<'_>, name: &'static str, s: &mut Session) -> anyhow::Result
             let alloc = match broker.as_ref() {
                 Some(b) => {
                     let st = b.status();
-                    // A cell's shares of a resource, summed (the video's streams' flows).
+                    // A cell's shares of a resource, summed (the video's streams' flows); NaN
+                    // while it has none.
                     let get = |cell: &str, res: &str| {
-                        let shares = st
+                        let shares: Vec<f64> = st
                             .cells
                             .iter()
                             .filter(|c| c.cell == cell && c.resource == res)
-                            .map(|c| c.share);
-                        shares
-                            .fold(None, |sum: Option<f64>, s| Some(sum.unwrap_or(0.0) + s))
-                            .unwrap_or(f64::NAN)
+                            .map(|c| c.share)
+                            .collect();
+                        if shares.is_empty() {
+                            f64::NAN
+                        } else {
+                            shares.iter().sum()
+                        }
                     };
                     let streams = (0..STREAMS)
                         .map(|k| {

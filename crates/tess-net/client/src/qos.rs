@@ -150,12 +150,8 @@ pub fn valid_flow_label(label: &str) -> bool {
 /// labelled flow's name; where the mapping loses something (a label's `.`, or a name cut to
 /// the page's length) the name ends in a hash of the whole flow instead.
 pub fn flow_page_name(prefix: &str, flow: &str) -> String {
-    let (base, label) = match flow.split_once('/') {
-        Some((b, l)) => (b, Some(l)),
-        None => (flow, None),
-    };
-    let Some(label) = label else {
-        return tess_stats::runtime_name(prefix, base);
+    let Some((base, label)) = flow.split_once('/') else {
+        return tess_stats::runtime_name(prefix, flow);
     };
     let full = format!("{prefix}{base}-F-{label}");
     let name = tess_stats::runtime_name(prefix, &format!("{base}-F-{label}"));
@@ -171,18 +167,14 @@ pub fn flow_page_name(prefix: &str, flow: &str) -> String {
     format!("{}{tag}", &name[..keep])
 }
 
-/// The flow key of a client: `cell:NAME`, or `pid:N` for a process outside any cell, followed
-/// by `/LABEL` when its sockets were opened in a labelled flow ([`crate::Net::flow`]): a cell's
-/// labelled flows are flows of their own, each with its own spec (the video conference gives
-/// each of its streams one).
-pub fn flow_key(cell: Option<&str>, pid: i32, label: Option<&str>) -> String {
-    let base = match cell {
+/// The flow key of a client: `cell:NAME`, or `pid:N` for a process outside any cell. A
+/// labelled flow's key is this followed by `/LABEL` ([`crate::Net::flow`]): a cell's labelled
+/// flows are flows of their own, each with its own spec (the video conference gives each of
+/// its streams one).
+pub fn flow_key(cell: Option<&str>, pid: i32) -> String {
+    match cell {
         Some(c) => format!("cell:{c}"),
         None => format!("pid:{pid}"),
-    };
-    match label {
-        Some(l) => format!("{base}/{l}"),
-        None => base,
     }
 }
 
@@ -192,8 +184,8 @@ pub fn flow_key(cell: Option<&str>, pid: i32, label: Option<&str>) -> String {
 pub enum ControlRequest {
     /// The flow table.
     Flows,
-    /// Sets the spec of a flow (by key, e.g. `cell:synth` or `cell:video/s3`), connected or not. Refused when the
-    /// reservations would no longer fit the capacity.
+    /// Sets the spec of a flow (by key, e.g. `cell:synth` or `cell:video/s3`), connected or
+    /// not. Refused when the reservations would no longer fit the capacity.
     Set {
         /// Flow key.
         flow: String,

@@ -189,6 +189,21 @@ impl Flows {
         Ok(())
     }
 
+    /// A client channel joins flow `key`: its row (made if new), with the channel counted.
+    pub fn join(&mut self, key: &str) -> usize {
+        let i = self.row_for(key);
+        self.get_mut(i).sessions += 1;
+        i
+    }
+
+    /// A client channel leaves row `i` (its socket, if any, already uncounted); the row goes
+    /// if nothing keeps it ([`Flows::forget_if_idle`]).
+    pub fn leave(&mut self, i: usize) {
+        let f = self.get_mut(i);
+        f.sessions = f.sessions.saturating_sub(1);
+        self.forget_if_idle(i);
+    }
+
     /// Frees row `i` if it has neither a spec nor sessions (a best-effort client that left)
     /// and has been idle for [`KEEP_IDLE_WINDOWS`] windows.
     pub fn forget_if_idle(&mut self, i: usize) {

@@ -484,9 +484,8 @@ impl Service {
 
     fn add_session(&mut self, inc: Incoming) {
         // Unlabelled until the client says otherwise (`LABEL`, before its socket opens).
-        let key = tess_net_client::qos::flow_key(inc.client.cell.as_deref(), inc.client.pid, None);
-        let flow = self.flows.row_for(&key);
-        self.flows.get_mut(flow).sessions += 1;
+        let key = tess_net_client::qos::flow_key(inc.client.cell.as_deref(), inc.client.pid);
+        let flow = self.flows.join(&key);
         let mut ep = inc.endpoint;
         ep.set_wait(tess_channel::Wait::BusyPoll);
         let s = Session::new(ep, inc.client, flow, clock::now_ns());
@@ -505,12 +504,11 @@ impl Service {
             self.epoll.delete(fd);
         }
         self.pending.retain(|p| p.listener != i);
-        let f = self.flows.get_mut(s.flow);
-        f.sessions = f.sessions.saturating_sub(1);
         if !matches!(s.sock, session::Sock::None) {
+            let f = self.flows.get_mut(s.flow);
             f.sockets = f.sockets.saturating_sub(1);
         }
-        self.flows.forget_if_idle(s.flow);
+        self.flows.leave(s.flow);
     }
 
     fn close_window(&mut self, now: u64) {

@@ -317,7 +317,7 @@ impl Service {
         let label = std::str::from_utf8(&self.scratch)
             .ok()
             .filter(|l| tess_net_client::qos::valid_flow_label(l));
-        let base = tess_net_client::qos::flow_key(s.client.cell.as_deref(), s.client.pid, None);
+        let base = tess_net_client::qos::flow_key(s.client.cell.as_deref(), s.client.pid);
         let status = match label {
             _ if !matches!(s.sock, Sock::None) => libc::EISCONN,
             _ if self.flows.get(s.flow).key != base => libc::EALREADY,
@@ -328,12 +328,8 @@ impl Service {
                     libc::EMFILE
                 } else {
                     let old = s.flow;
-                    let new = self.flows.row_for(&key);
-                    s.flow = new;
-                    self.flows.get_mut(new).sessions += 1;
-                    let f = self.flows.get_mut(old);
-                    f.sessions = f.sessions.saturating_sub(1);
-                    self.flows.forget_if_idle(old);
+                    s.flow = self.flows.join(&key);
+                    self.flows.leave(old);
                     0
                 }
             }

@@ -247,13 +247,17 @@ impl RtArgs {
     /// Starts the convolution workers if asked, then makes the calling thread and `exec`'s
     /// harts real time; returns the engine options.
     fn apply(&self, exec: &mut Executor) -> anyhow::Result<tess_pd::engine::EngineOptions> {
-        let conv_workers = match (self.conv, self.rt_priority) {
-            (ConvMode::Sync | ConvMode::TimeDistributed, _) => None,
+        use tess_pd::shared::LongLevels;
+        let long_levels = match (self.conv, self.rt_priority) {
+            (ConvMode::Sync, _) => LongLevels::Synchronous,
+            (ConvMode::TimeDistributed, _) => LongLevels::TimeDistributed,
             (ConvMode::Preemptive, None) => anyhow::bail!(
                 "--conv preemptive needs --rt-priority: the workers run below the engine's \
                  SCHED_FIFO priority, so that every block preempts them"
             ),
-            (ConvMode::Preemptive, Some(p)) => Some(tess_pd::engine::conv_workers(p)?),
+            (ConvMode::Preemptive, Some(p)) => {
+                LongLevels::Preemptive(tess_pd::engine::conv_workers(p)?)
+            }
         };
         if let Some(p) = self.rt_priority {
             *exec = std::mem::replace(exec, Executor::serial()).realtime(p);
@@ -261,10 +265,7 @@ impl RtArgs {
                 format!("--rt-priority {p}: cannot run at SCHED_FIFO (needs root or CAP_SYS_NICE)")
             })?;
         }
-        Ok(tess_pd::engine::EngineOptions {
-            conv_workers,
-            conv_time_distributed: self.conv == ConvMode::TimeDistributed,
-        })
+        Ok(tess_pd::engine::EngineOptions { long_levels })
     }
 }
 

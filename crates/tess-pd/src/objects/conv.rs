@@ -16,6 +16,7 @@
 
 use super::{sarg, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
+use crate::shared::LongLevels;
 use tess_conv::{Convolver, CostModel, Mode, Objective, Plan, WhenLate};
 
 /// Largest partition the plan may use.
@@ -58,10 +59,10 @@ impl PdObject for TessConv {
             return;
         };
         let ir = array.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let (mode, when_late) = match &env.shared.conv_workers {
-            Some(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
-            None if env.shared.conv_time_distributed => (Mode::TimeDistributed, WhenLate::Wait),
-            None => (Mode::Synchronous, WhenLate::Wait),
+        let (mode, when_late) = match &env.shared.long_levels {
+            LongLevels::Preemptive(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
+            LongLevels::TimeDistributed => (Mode::TimeDistributed, WhenLate::Wait),
+            LongLevels::Synchronous => (Mode::Synchronous, WhenLate::Wait),
         };
         // Time-distributed levels must fit their largest indivisible piece (an FFT) into one
         // block, so their partitions are chosen for the heaviest block, the others' for the
