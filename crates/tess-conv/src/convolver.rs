@@ -1,12 +1,13 @@
 //! A convolver: one input, one output, one impulse response, processed block by block with no
 //! latency. Level 0 runs inside [`Convolver::process`]; the long levels run as the [`Mode`]
-//! says: all at once (offline), spread over the callbacks of their period, or on a [`Pool`]'s
-//! lower-priority workers.
+//! says: all at once (offline), spread over the callbacks of their period, spread the same way
+//! but as [`LevelTask`]s a host's own scheduler runs (on any of its threads), or on a
+//! [`Pool`]'s lower-priority workers.
 
 use crate::level::{LevelJob, Schedule};
 use crate::plan::Plan;
 use crate::pool::{JobCell, Pool};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How the long levels (all but level 0) run.
@@ -19,6 +20,15 @@ pub enum Mode {
     /// partitions, inverse FFT) spread over the callbacks of the level's period. An FFT cannot
     /// be cut, so the largest FFT bounds how many instances fit a callback.
     TimeDistributed,
+    /// [`Mode::TimeDistributed`]'s sub-tasks as a parallel plug-in (seed 001 section 2.2): each
+    /// long level's share of a callback is a [`LevelTask`] (from
+    /// [`Convolver::take_level_tasks`]) that the host runs once per callback, on any thread,
+    /// before that callback's [`Convolver::process`] (a graph engine makes the task a
+    /// predecessor of the convolver's node). The levels' shares then run in parallel with each
+    /// other and with the rest of the host's work. A step whose shares did not all run by its
+    /// deadline is late (counted; its level is silent for a period, as [`WhenLate::Drop`]),
+    /// never waited for.
+    Scheduled,
     /// Seed 001 section 3.3 approach 1: each step runs on the pool's worker for its level, at
     /// a lower priority than the audio thread, preempted whenever a block arrives. The result
     /// is due one period later. The convolver holds the pool (several convolvers may share
@@ -83,16 +93,19 @@ pub struct Convolver {
     when_late: WhenLate,
     first: LevelJob,
     long: Vec<LongLevel>,
-    /// Callbacks so far.
-    callback: u64,
+    /// Callbacks so far (shared with the [`LevelTask`]s in [`Mode::Scheduled`]: the callback a
+    /// task runs its share of is the next one to be processed).
+    callback: Arc<AtomicU64>,
     late: u64,
+    /// The level tasks were handed out ([`Mode::Scheduled`]).
+    tasks_taken: bool,
 }
 
 impl std::fmt::Debug for Convolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Convolver")
             .field("plan", &self.plan.to_string())
-            .field("callback", &self.callback)
+            .field("callback", &self.callback.load(Ordering::Relaxed))
             .field("late", &self.late)
             .finish()
     }
@@ -153,9 +166,30 @@ impl Convolver {
             when_late,
             first,
             long,
-            callback: 0,
+            callback: Arc::new(AtomicU64::new(0)),
             late: 0,
+            tasks_taken: false,
         })
+    }
+
+    /// The long levels' tasks, one per long level (shortest first), in [`Mode::Scheduled`];
+    /// empty in any other mode, or if they were already taken. Each must run once per
+    /// callback, before that callback's [`Convolver::process`] and after the previous one's
+    /// (the host orders them: a task's stores are then visible to `process` and back).
+    pub fn take_level_tasks(&mut self) -> Vec<LevelTask> {
+        if !matches!(self.mode, Mode::Scheduled) || self.tasks_taken {
+            return Vec::new();
+        }
+        self.tasks_taken = true;
+        self.long
+            .iter()
+            .map(|lv| LevelTask {
+                cell: lv.cell.clone(),
+                schedule: lv.schedule,
+                slots: lv.slots,
+                callback: self.callback.clone(),
+            })
+            .collect()
     }
 
     /// The plan.
@@ -182,12 +216,13 @@ impl Convolver {
         first.run();
         output.copy_from_slice(&first.out);
 
-        let t = self.callback;
+        let t = self.callback.load(Ordering::Relaxed);
         let mut late = 0;
         for (i, lv) in self.long.iter_mut().enumerate() {
             late += long_level_callback(lv, i + 1, t, b, input, output, &self.mode, self.when_late);
         }
-        self.callback += 1;
+        // Release: a level task that reads the new count sees this callback's input and posts.
+        self.callback.store(t + 1, Ordering::Release);
         self.late += u64::from(late);
         late
     }
@@ -220,7 +255,9 @@ fn long_level_callback(
     }
     lv.cell.halves.write(period, slot * b, input);
     if let Mode::TimeDistributed = mode {
-        time_distributed_share(lv, slot, period);
+        // SAFETY: time-distributed cells are never registered with a pool and their tasks are
+        // never handed out: this thread owns them.
+        unsafe { time_distributed_share(&lv.cell, &lv.schedule, slot, period) };
     }
     if lv.schedule.is_last(slot) {
         late += collect(lv, period, mode, when_late);
@@ -228,7 +265,10 @@ fn long_level_callback(
             // SAFETY: idle: the audio thread owns the job until it bumps `posted`.
             let job = unsafe { lv.cell.job() };
             job.period = period;
-            let step = lv.cell.posted.load(Ordering::Relaxed) + 1;
+            // A step is numbered by the period it runs in (not counted): after a late step
+            // that started nothing, the numbers skip, and a time-distributed share can tell
+            // from `posted` alone whether the step in flight is this period's.
+            let step = period + 1;
             match mode {
                 Mode::Synchronous => {
                     job.gather(&lv.cell.halves);
@@ -238,6 +278,8 @@ fn long_level_callback(
                 }
                 // Owned by this thread throughout; done when its last sub-task has run.
                 Mode::TimeDistributed => lv.cell.posted.store(step, Ordering::Relaxed),
+                // Handed to the level's task, which owns the job until it stores `done`.
+                Mode::Scheduled => lv.cell.posted.store(step, Ordering::Release),
                 Mode::Preemptive(pool) => {
                     lv.cell.posted.store(step, Ordering::Release);
                     pool.wake(k);
@@ -294,23 +336,83 @@ fn mode_is_preemptive(mode: &Mode) -> bool {
 /// This callback's share of a time-distributed step: the step started at the end of the
 /// previous period runs over the `slots` callbacks of this one. The slot numbering of the
 /// [`Schedule`] begins at the callback after the step's input was complete.
-fn time_distributed_share(lv: &mut LongLevel, slot: usize, period: u64) {
-    let posted = lv.cell.posted.load(Ordering::Relaxed);
-    // A step is running in period p if it was posted at the end of period p - 1.
-    if period == 0 || posted != period || lv.cell.done.load(Ordering::Relaxed) == posted {
+///
+/// # Safety
+/// The calling thread owns the cell's job while a step is in flight (`done < posted`): no
+/// other thread runs this level's share at the same time, and the convolver's `process`
+/// does not run concurrently with it.
+unsafe fn time_distributed_share(cell: &JobCell, schedule: &Schedule, slot: usize, period: u64) {
+    let posted = cell.posted.load(Ordering::Acquire);
+    let done = cell.done.load(Ordering::Relaxed);
+    if done != posted && posted < period {
+        // A step whose shares did not all run in its period (a host that skipped callbacks):
+        // `collect` already counted it late; give the job back so a new step can start.
+        cell.done.store(posted, Ordering::Release);
         return;
     }
-    // SAFETY: time-distributed cells are never registered with a pool: this thread owns them.
-    let job = unsafe { lv.cell.job() };
-    if slot == lv.schedule.forward_slot {
-        job.gather(&lv.cell.halves);
+    // A step is running in period p if it was posted at the end of period p - 1.
+    if period == 0 || posted != period || done == posted {
+        return;
+    }
+    // SAFETY: a step is in flight, so the caller owns the job (its contract); one reference.
+    let job = unsafe { cell.job() };
+    if slot == schedule.forward_slot {
+        job.gather(&cell.halves);
         job.forward();
     }
-    let (p0, p1) = lv.schedule.partitions_in(slot);
+    let (p0, p1) = schedule.partitions_in(slot);
     job.mac(p0, p1);
-    if lv.schedule.is_last(slot) {
+    if schedule.is_last(slot) {
         job.inverse();
-        lv.cell.done.store(posted, Ordering::Relaxed);
+        // Release: hands the job (and its output) back to `process`.
+        cell.done.store(posted, Ordering::Release);
+    }
+}
+
+/// One long level's time-distributed share of each callback, for a host's scheduler to run
+/// ([`Mode::Scheduled`]): the forward FFT, a range of partitions, the inverse FFT, as
+/// [`Mode::TimeDistributed`] spreads them, run wherever and whenever the host likes between
+/// two callbacks' `process`.
+pub struct LevelTask {
+    cell: Arc<JobCell>,
+    schedule: Schedule,
+    slots: usize,
+    callback: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for LevelTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LevelTask")
+            .field("level", &self.cell.level)
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+impl LevelTask {
+    /// Runs this level's share of the next callback (see [`Convolver::take_level_tasks`] for
+    /// when).
+    pub fn run(&mut self) {
+        // Acquire: pairs with `process`'s release of the count (its input and its post).
+        let t = self.callback.load(Ordering::Acquire);
+        let slots = self.slots as u64;
+        // SAFETY: this task is the only one for its cell (handed out once), `&mut self` keeps
+        // it on one thread at a time, and the host runs it between two `process` calls (the
+        // contract of `take_level_tasks`); while a step is in flight the job is this task's
+        // under the cell's protocol (`process` touches it only when idle).
+        unsafe {
+            time_distributed_share(&self.cell, &self.schedule, (t % slots) as usize, t / slots)
+        };
+    }
+
+    /// The level this task computes.
+    pub fn level(&self) -> crate::Level {
+        self.cell.level
+    }
+
+    /// Callbacks per period of the level: its step is spread over this many runs.
+    pub fn slots(&self) -> usize {
+        self.slots
     }
 }
 

@@ -3,9 +3,10 @@
 //!
 //! - [`Plan`] cuts the response into levels of rising partition sizes (Gardner's layout, sizes
 //!   chosen by Wefers's search under a measured [`CostModel`]).
-//! - [`Convolver`] runs level 0 in the audio callback and the long levels in one of three
-//!   [`Mode`]s: synchronously (offline), time-distributed over the callbacks of their period,
-//!   or preemptively on a [`Pool`] of lower-priority workers on the same hart.
+//! - [`Convolver`] runs level 0 in the audio callback and the long levels in one of four
+//!   [`Mode`]s: synchronously (offline), time-distributed over the callbacks of their period
+//!   (in the callback, or as [`LevelTask`]s a host's scheduler runs in parallel), or
+//!   preemptively on a [`Pool`] of lower-priority workers on the same hart.
 //!
 //! ```
 //! use tess_conv::{Convolver, Mode, Plan, WhenLate};
@@ -23,6 +24,6 @@ mod level;
 mod plan;
 mod pool;
 
-pub use convolver::{ConvError, Convolver, Mode, WhenLate};
+pub use convolver::{ConvError, Convolver, LevelTask, Mode, WhenLate};
 pub use plan::{CostModel, Level, Objective, Plan, PlanError};
 pub use pool::{Pool, PoolError, PoolOptions};

@@ -14,15 +14,17 @@ use tess_sched::attr::Policy;
 /// One level's job, handed between the audio thread and a worker.
 ///
 /// Ownership protocol: the audio thread owns `job` whenever `done == posted`; it fills the
-/// input and then increments `posted` (release), which hands the job to the worker. The worker
-/// owns it while `posted > done`, runs the step, and stores `done = posted` (release), which
-/// hands it back. Neither side touches `job` while the other owns it.
+/// input and then raises `posted` (release; to the number of the period the step runs in),
+/// which hands the job to the worker. The worker owns it while `posted > done`, runs the
+/// step, and stores `done = posted` (release), which hands it back. Neither side touches `job` while the other owns it.
 pub(crate) struct JobCell {
     job: UnsafeCell<LevelJob>,
     /// The level's input; shared without hand-over (see [`InputHalves`]).
     pub(crate) halves: InputHalves,
     pub(crate) posted: AtomicU64,
     pub(crate) done: AtomicU64,
+    /// The level's geometry (a copy of the job's, readable without owning the job).
+    pub(crate) level: crate::plan::Level,
 }
 
 // SAFETY: `job` is only accessed by the side that owns it under the protocol above, and every
@@ -33,6 +35,7 @@ impl JobCell {
     pub(crate) fn new(job: LevelJob) -> JobCell {
         let halves = InputHalves::new(job.level.size);
         JobCell {
+            level: job.level,
             job: UnsafeCell::new(job),
             halves,
             posted: AtomicU64::new(0),

@@ -71,6 +71,67 @@ fn synchronous_and_time_distributed_match_the_direct_sum() {
     }
 }
 
+/// The level tasks run on another thread, each block's before that block's `process` (as a
+/// graph engine's worker runs them before the convolver's node), and the output is exact;
+/// the same output as time-distributed in the callback, bit for bit (the same sub-tasks in the
+/// same order per level).
+#[test]
+fn scheduled_level_tasks_on_another_thread_match_the_direct_sum() {
+    for &(block, len, sizes) in PLANS {
+        let h = noise(len, len as u64 + 2);
+        let x = noise(block * 600, 11);
+        let want = direct(&x, &h);
+        let plan = Plan::with_sizes(block, len, sizes).unwrap();
+        let mut c = Convolver::new(&h, &plan, Mode::Scheduled, WhenLate::Drop).unwrap();
+        let mut tasks = c.take_level_tasks();
+        assert_eq!(tasks.len(), sizes.len(), "one task per long level");
+        assert!(c.take_level_tasks().is_empty(), "handed out once");
+        let mut y = vec![0.0; x.len()];
+        for (xi, yi) in x.chunks_exact(block).zip(y.chunks_exact_mut(block)) {
+            std::thread::scope(|s| {
+                s.spawn(|| tasks.iter_mut().for_each(|t| t.run()));
+            });
+            c.process(xi, yi);
+        }
+        assert_close(&y, &want, &format!("scheduled {plan}"));
+        assert_eq!(c.late(), 0);
+        let mut td = Convolver::new(&h, &plan, Mode::TimeDistributed, WhenLate::Drop).unwrap();
+        assert_eq!(
+            run(&mut td, &x),
+            y,
+            "time-distributed in the callback, {plan}"
+        );
+    }
+}
+
+/// A host that skips a level's task for a while: its steps are counted late, the level is
+/// silent while they are, and it comes back exact (the job was handed back, not lost).
+#[test]
+fn a_skipped_level_task_is_late_and_the_level_recovers() {
+    let (block, len, sizes) = (32, 3001, &[64usize, 256][..]);
+    let h = noise(len, 5);
+    let x = noise(block * 800, 13);
+    let want = direct(&x, &h);
+    let plan = Plan::with_sizes(block, len, sizes).unwrap();
+    let mut c = Convolver::new(&h, &plan, Mode::Scheduled, WhenLate::Drop).unwrap();
+    let mut tasks = c.take_level_tasks();
+    let mut y = vec![0.0; x.len()];
+    for (t, (xi, yi)) in x
+        .chunks_exact(block)
+        .zip(y.chunks_exact_mut(block))
+        .enumerate()
+    {
+        if !(100..140).contains(&t) {
+            tasks.iter_mut().for_each(|t| t.run());
+        }
+        c.process(xi, yi);
+    }
+    assert!(c.late() > 0, "skipped shares make late steps");
+    // Well after the gap every level is exact again.
+    let tail = 400 * block;
+    assert_close(&y[tail..], &want[tail..], "after the gap");
+}
+
 #[test]
 fn preemptive_matches_the_direct_sum_when_it_waits_for_its_workers() {
     let pool = std::sync::Arc::new(

@@ -14,8 +14,12 @@
 //!   Pd 0.53's (`pd -batch` computing the same patch: the wall time of a 21 s run minus a 1 s
 //!   run, so Pd's start-up does not count against it). `voices_1_hart`, `voices_2_harts`,
 //!   `pd_voices_1_hart` alongside.
+//! - `conv_speedup_2_harts`: parallel plug-ins in the same scheduler: four `tess~conv`
+//!   reverbs (a 3 s response) with time-distributed long levels, each level's sub-tasks a task
+//!   of the graph of its own; per-block median on 1 hart over 2 harts with work stealing.
+//!   `conv_max_us_1_hart` and `conv_max_us_2_harts` alongside (the heaviest block).
 
-use crate::engine::{Config, Engine};
+use crate::engine::{Config, Engine, EngineOptions};
 use crate::sched::{Executor, Strategy};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -210,19 +214,56 @@ pub fn trivial_patch(voices: usize) -> String {
     s + &c
 }
 
+/// `count` reverbs: one `noise~` into `count` `tess~conv ir` (the response read from `ir.wav`
+/// beside the patch by `soundfiler`), mixed into `dac~`. Time-distributed, each reverb's long
+/// levels are parts of the graph of their own (a parallel plug-in).
+pub fn reverbs_patch(count: usize) -> String {
+    let mut s = String::from(
+        "#N canvas 0 0 450 300 12;\n#X obj 10 10 loadbang;\n#X msg 10 30 read -resize ir.wav ir;\n\
+         #X obj 10 50 soundfiler;\n#X obj 200 10 array define ir 1;\n#X obj 10 100 noise~;\n\
+         #X obj 10 200 dac~ 1;\n#X connect 0 0 1 0;\n#X connect 1 0 2 0;\n",
+    );
+    for k in 0..count {
+        let id = 6 + k;
+        let _ = writeln!(s, "#X obj {} 150 tess~conv ir;", 10 + 90 * k);
+        let _ = writeln!(s, "#X connect 4 0 {id} 0;\n#X connect {id} 0 5 0;");
+    }
+    s
+}
+
+/// The response the reverbs convolve with: decaying noise, the same every run.
+fn reverb_response(len: usize) -> Vec<f32> {
+    let mut seed = 0x2545_f491u32;
+    (0..len)
+        .map(|i| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * (-6.9 * i as f32 / len as f32).exp()
+        })
+        .collect()
+}
+
+/// The reverbs of the parallel plug-in measurement: instances and response length (3 s at
+/// 44.1 kHz). One reverb alone is too little work to split at 64-sample blocks here (about
+/// 11 us a block for the paper's 11.9 s response; measured on 2 harts 0.91x of 1 hart: the
+/// hand-over between harts costs more than the level's share).
+const REVERBS: usize = 4;
+const REVERB_IR: usize = 131_072;
+
 /// Per-block times (ns) of `blocks` blocks after `warm` warm-up blocks.
 fn time_blocks(
     patch: &Path,
+    options: &EngineOptions,
     exec: &mut Executor,
     warm: usize,
     blocks: usize,
 ) -> anyhow::Result<Vec<u64>> {
-    let mut e = Engine::open(
+    let mut e = Engine::open_with(
         patch,
         Config {
             sample_rate: SR,
             block: BLOCK,
         },
+        options,
     )?;
     for _ in 0..warm {
         e.tick(exec);
@@ -306,10 +347,21 @@ fn write_patch(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
 pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
     let dir = std::env::temp_dir().join(format!("tess-pd-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (warm, blocks) = if o.quick { (100, 500) } else { (500, 6000) };
+    // blocks per configuration, in `rounds` slices (see below), each after `warm` blocks
+    let (warm, blocks, rounds) = if o.quick {
+        (50, 500, 2)
+    } else {
+        (100, 6000, 12)
+    };
     let wide = write_patch(&dir, "voices.pd", &voices_patch(o.voices))?;
     let deep = write_patch(&dir, "chain.pd", &chain_patch(256))?;
     let triv = write_patch(&dir, "trivial.pd", &trivial_patch(64))?;
+    crate::render::write_wav(
+        &dir.join("ir.wav"),
+        &[reverb_response(REVERB_IR)],
+        SR as u32,
+    )?;
+    let reverbs = write_patch(&dir, "reverbs.pd", &reverbs_patch(REVERBS))?;
     let cpu = o.first_cpu;
     let serial = Executor::serial;
     let rt = o.rt_priority;
@@ -327,54 +379,107 @@ pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
         None => "harts ran as ordinary threads".into(),
     };
 
-    let mut rows = Vec::new();
-    let mut measure = |label: &str, patch: &Path, mut ex: Executor| -> anyhow::Result<Vec<u64>> {
-        let t = time_blocks(patch, &mut ex, warm, blocks)?;
-        let s = Summary::of_ns_as_us(&t);
-        let per_hart = ex.tasks_per_hart();
-        let share = match per_hart.as_slice() {
-            [a, b, ..] if a + b > 0 => format!("{:.0}%", 100.0 * *b as f64 / (a + b) as f64),
-            _ => "-".into(),
-        };
-        rows.push((
-            label.to_string(),
-            s.median,
-            s.p99,
-            s.max,
-            mean_us(&t),
-            ex.task_count(),
-            share,
-        ));
-        Ok(t)
+    let plain = EngineOptions::default();
+    let time_distributed = EngineOptions {
+        long_levels: crate::shared::LongLevels::TimeDistributed,
     };
-    let wide_1 = measure("wide, 1 hart (Pd order)", &wide, serial())?;
-    let wide_g = measure(
-        "wide, 2 harts, global queue",
-        &wide,
-        par(Strategy::GlobalQueue),
-    )?;
-    let wide_s = measure(
-        "wide, 2 harts, work stealing",
-        &wide,
-        par(Strategy::WorkStealing),
-    )?;
-    let deep_1 = measure("deep chain, 1 hart", &deep, serial())?;
-    let deep_s = measure(
-        "deep chain, 2 harts, work stealing",
-        &deep,
-        par(Strategy::WorkStealing),
-    )?;
-    let triv_1 = measure("trivial, 1 hart", &triv, serial())?;
-    let triv_g = measure(
-        "trivial, 2 harts, global queue",
-        &triv,
-        par(Strategy::GlobalQueue),
-    )?;
-    let triv_s = measure(
-        "trivial, 2 harts, work stealing",
-        &triv,
-        par(Strategy::WorkStealing),
-    )?;
+    let reverb_label = format!("{REVERBS} reverbs (tess~conv, time-distributed)");
+    // Every configuration, measured in interleaved rounds: each round opens every
+    // configuration's engine and executor afresh (an idle executor's harts spin, so only one
+    // lives at a time) and times a slice of its blocks, the order rotating from round to
+    // round. A stretch of host noise (this 2-vCPU guest has them: a serial baseline of 53 to
+    // 74 us in consecutive runs) then falls on every configuration alike instead of on
+    // whichever ran at the time, and the ratios compare like with like.
+    let configs: Vec<(String, &Path, &EngineOptions, Option<Strategy>)> = vec![
+        ("wide, 1 hart (Pd order)".into(), &wide, &plain, None),
+        (
+            "wide, 2 harts, global queue".into(),
+            &wide,
+            &plain,
+            Some(Strategy::GlobalQueue),
+        ),
+        (
+            "wide, 2 harts, work stealing".into(),
+            &wide,
+            &plain,
+            Some(Strategy::WorkStealing),
+        ),
+        ("deep chain, 1 hart".into(), &deep, &plain, None),
+        (
+            "deep chain, 2 harts, work stealing".into(),
+            &deep,
+            &plain,
+            Some(Strategy::WorkStealing),
+        ),
+        ("trivial, 1 hart".into(), &triv, &plain, None),
+        (
+            "trivial, 2 harts, global queue".into(),
+            &triv,
+            &plain,
+            Some(Strategy::GlobalQueue),
+        ),
+        (
+            "trivial, 2 harts, work stealing".into(),
+            &triv,
+            &plain,
+            Some(Strategy::WorkStealing),
+        ),
+        (
+            format!("{reverb_label}, 1 hart"),
+            &reverbs,
+            &time_distributed,
+            None,
+        ),
+        (
+            format!("{reverb_label}, 2 harts, work stealing"),
+            &reverbs,
+            &time_distributed,
+            Some(Strategy::WorkStealing),
+        ),
+    ];
+    let mut samples: Vec<Vec<u64>> = vec![Vec::with_capacity(blocks); configs.len()];
+    let mut per_hart: Vec<Vec<u64>> = vec![Vec::new(); configs.len()];
+    let mut task_count = vec![0; configs.len()];
+    for round in 0..rounds {
+        for i in 0..configs.len() {
+            let c = (round + i) % configs.len();
+            let (_, patch, options, strategy) = &configs[c];
+            let mut ex = strategy.map_or_else(serial, par);
+            let t = time_blocks(patch, options, &mut ex, warm, blocks / rounds)?;
+            samples[c].extend(t);
+            let counts = ex.tasks_per_hart();
+            let sums = &mut per_hart[c];
+            sums.resize(counts.len().max(sums.len()), 0);
+            for (sum, n) in sums.iter_mut().zip(counts) {
+                *sum += n;
+            }
+            task_count[c] = ex.task_count();
+        }
+    }
+    let rows: Vec<_> = configs
+        .iter()
+        .enumerate()
+        .map(|(c, (label, ..))| {
+            let s = Summary::of_ns_as_us(&samples[c]);
+            let share = match per_hart[c].as_slice() {
+                [a, b, ..] if a + b > 0 => format!("{:.0}%", 100.0 * *b as f64 / (a + b) as f64),
+                _ => "-".into(),
+            };
+            (
+                label.clone(),
+                s.median,
+                s.p99,
+                s.max,
+                mean_us(&samples[c]),
+                task_count[c],
+                share,
+            )
+        })
+        .collect();
+    let [wide_1, wide_g, wide_s, deep_1, deep_s, triv_1, triv_g, triv_s, rev_1, rev_s]: [Vec<u64>;
+        10] = samples
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("one sample set per configuration"))?;
 
     let mut r = Report::new("graph");
     let mut t = Table::new(
@@ -410,6 +515,11 @@ pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
         speedup >= 1.8,
         format!("{speedup:.2}"),
     );
+    // A parallel plug-in: the reverbs' long levels are tasks of the same scheduler.
+    let conv_speedup = median_us(&rev_1) / median_us(&rev_s);
+    r.figure("conv_speedup_2_harts", conv_speedup);
+    r.figure("conv_max_us_1_hart", Summary::of_ns_as_us(&rev_1).max);
+    r.figure("conv_max_us_2_harts", Summary::of_ns_as_us(&rev_s).max);
     let deep_ratio = median_us(&deep_s) / median_us(&deep_1);
     r.figure("deep_chain_ratio", deep_ratio);
     r.target(
@@ -469,6 +579,9 @@ pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
             r.note(format!("pd_realtime_ratio not measured: {e}"));
         }
     }
+    r.note(format!(
+        "each configuration ran {blocks} blocks in {rounds} slices, interleaved with the others (the order rotating each round), each slice on a freshly opened engine after {warm} warm-up blocks"
+    ));
     r.note(format!(
         "harts pinned to CPUs {cpu} and {}; {rt_note}; timings are noisy on a shared 2-vCPU guest",
         cpu + 1

@@ -180,7 +180,8 @@ fn add_into(dst: &mut [f32], src: &[f32]) {
 /// The graph.
 #[derive(Debug, Default)]
 pub struct DspGraph {
-    /// Nodes in Pd's order (a valid serial schedule).
+    /// Nodes in Pd's order (a valid serial schedule), each object's parallel parts
+    /// ([`PdObject::parallel_parts`]) just before it.
     pub nodes: Vec<Node>,
     /// Node of each flat object id (None for control objects).
     pub node_of: Vec<Option<usize>>,
@@ -209,25 +210,46 @@ impl DspGraph {
         block: usize,
         placeholder: impl Fn() -> Box<dyn PdObject>,
     ) -> DspGraph {
-        let mut node_of = vec![None; program.objects.len()];
-        for (k, &id) in order.iter().enumerate() {
-            node_of[id] = Some(k);
+        // An object's parallel parts become nodes just before it, each a predecessor of it, so
+        // that node order stays a valid serial schedule (Pd's order, parts first).
+        let mut slots: Vec<(usize, Option<Box<dyn PdObject>>)> = Vec::with_capacity(order.len());
+        for &id in order {
+            for part in program.objects[id].obj.parallel_parts() {
+                slots.push((id, Some(part)));
+            }
+            slots.push((id, None));
         }
-        let mut nodes: Vec<Node> = order
-            .iter()
-            .map(|&id| {
+        let mut node_of = vec![None; program.objects.len()];
+        let mut part_edges = Vec::new();
+        for (k, (id, part)) in slots.iter().enumerate() {
+            if part.is_none() {
+                node_of[*id] = Some(k);
+            }
+        }
+        for (k, (id, part)) in slots.iter().enumerate() {
+            if part.is_some() {
+                part_edges.push((k, node_of[*id].expect("the owner follows its parts")));
+            }
+        }
+        let mut nodes: Vec<Node> = slots
+            .into_iter()
+            .map(|(id, part)| {
                 let e = &mut program.objects[id];
-                let n_in = e.ins.iter().filter(|p| **p == Port::Signal).count();
-                let n_out = e.outs.iter().filter(|p| **p == Port::Signal).count();
-                let obj = std::mem::replace(&mut e.obj, placeholder());
+                let (n_in, n_out, signal_inlet_ports) = match &part {
+                    Some(_) => (0, 0, Vec::new()),
+                    None => (
+                        e.ins.iter().filter(|p| **p == Port::Signal).count(),
+                        e.outs.iter().filter(|p| **p == Port::Signal).count(),
+                        e.ins
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, p)| **p == Port::Signal)
+                            .map(|(i, _)| i)
+                            .collect(),
+                    ),
+                };
+                let obj = part.unwrap_or_else(|| std::mem::replace(&mut e.obj, placeholder()));
                 let (reports, cost_ns) = (obj.reports_after_block(), obj.cost_hint_ns());
-                let signal_inlet_ports = e
-                    .ins
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| **p == Port::Signal)
-                    .map(|(i, _)| i)
-                    .collect();
                 Node {
                     obj: UnsafeCell::new(obj),
                     obj_id: id,
@@ -259,9 +281,11 @@ impl DspGraph {
             nodes[dn].sources[di].push((sn, so));
             edges.push((sn, dn));
         }
+        edges.extend(part_edges);
         // Pd's order among users of the same named state
         let mut last_user: std::collections::HashMap<&str, usize> = Default::default();
-        for (k, &id) in order.iter().enumerate() {
+        for &id in order {
+            let k = node_of[id].expect("every object of the order has a node");
             if let Some(r) = program.objects[id].resource.as_deref() {
                 if let Some(&prev) = last_user.get(r) {
                     edges.push((prev, k));

@@ -145,12 +145,65 @@ fn tess_conv_time_distributed_renders_what_the_synchronous_mode_renders() {
     let options = tess_pd::engine::EngineOptions {
         long_levels: tess_pd::shared::LongLevels::TimeDistributed,
     };
-    for td in render_serially_and_on_2_harts(&path, &options) {
+    let renders = render_serially_and_on_2_harts(&path, &options);
+    for td in &renders {
         // Another plan, so other rounding: bit-identical output would mean the synchronous
         // mode's plan ran.
-        assert_ne!(td, sync, "the time-distributed plan was not used");
+        assert_ne!(td, &sync, "the time-distributed plan was not used");
         for (n, (x, y)) in sync[0].iter().zip(&td[0]).enumerate() {
             assert!((x - y).abs() <= 1e-5, "sample {n}: {y} vs synchronous {x}");
         }
+    }
+    // Each level's sub-tasks run in the same order wherever they run.
+    assert_eq!(renders[0], renders[1], "serial and 2 harts differ");
+}
+
+/// Time-distributed, `tess~conv` is a parallel plug-in (seed 001 section 2.2): each long level
+/// is a node of the graph of its own, before the object and its predecessor, with nothing
+/// before it; on 2 harts each is a task apart from the object's, so the scheduler runs the
+/// long levels on either hart alongside the rest of the graph.
+#[test]
+fn time_distributed_long_levels_are_tasks_of_the_engines_scheduler() {
+    let ir = response(20_000);
+    let long = object_plan(ir.len(), tess_conv::Objective::WorstCallback)
+        .levels
+        .len()
+        - 1;
+    assert!(long >= 1, "a long level");
+    let (_d, path, _) = patch_and_sync_render(&ir);
+    let options = tess_pd::engine::EngineOptions {
+        long_levels: tess_pd::shared::LongLevels::TimeDistributed,
+    };
+    let plain = tess_pd::engine::Engine::open(&path, CFG).expect("open");
+    let td = tess_pd::engine::Engine::open_with(&path, CFG, &options).expect("open");
+    let g = td.graph();
+    assert_eq!(g.nodes.len(), plain.graph().nodes.len() + long);
+    // a part: one successor, the object it belongs to
+    let parts: Vec<usize> = (0..g.nodes.len())
+        .filter(|&k| match g.nodes[k].succs.as_slice() {
+            [s] => g.nodes[*s].obj_id == g.nodes[k].obj_id,
+            _ => false,
+        })
+        .collect();
+    assert_eq!(parts.len(), long, "one part per long level");
+    let owner = g.nodes[parts[0]].succs[0];
+    for &p in &parts {
+        assert!(p < owner && g.nodes[p].preds.is_empty());
+        assert!(g.nodes[owner].preds.contains(&p));
+    }
+    let tasks = tess_pd::sched::TaskGraph::from_graph(g, 2);
+    let task_of = |n: usize| {
+        tasks
+            .tasks
+            .iter()
+            .position(|t| t.contains(&n))
+            .expect("task")
+    };
+    for &p in &parts {
+        assert_ne!(
+            task_of(p),
+            task_of(owner),
+            "a part merged into its object's task"
+        );
     }
 }

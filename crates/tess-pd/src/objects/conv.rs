@@ -9,15 +9,19 @@
 //! deadline); with preemptive workers ([`tess_conv::Mode::Preemptive`], `tess-pd play` and
 //! `device` with `--conv preemptive`) on threads below the engine's priority that every block
 //! preempts, each step due one period of its level later (seed 001 section 3.3); or
-//! time-distributed (`--conv time-distributed`, [`tess_conv::Mode::TimeDistributed`]): each
-//! step cut into sub-tasks (FFTs, ranges of partitions) run in the engine's own blocks over
-//! the level's period, with partitions chosen for the heaviest block. A step that misses is
-//! counted (`Engine::conv_late`).
+//! time-distributed (`--conv time-distributed`): each step cut into sub-tasks (FFTs, ranges of
+//! partitions) spread over the blocks of the level's period, with partitions chosen for the
+//! heaviest block. Time-distributed, the object is a parallel plug-in (seed 001 section 2.2):
+//! each long level is a part of its own ([`PdObject::parallel_parts`], one
+//! [`tess_conv::LevelTask`] each, [`tess_conv::Mode::Scheduled`]), a task of the engine's
+//! scheduler that runs its level's share of the block on any hart, alongside the rest of the
+//! graph, before the object's own node (level 0 and the output). A step that misses is counted
+//! (`Engine::conv_late`).
 
 use super::{sarg, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
 use crate::shared::LongLevels;
-use tess_conv::{Convolver, CostModel, Mode, Objective, Plan, WhenLate};
+use tess_conv::{Convolver, CostModel, LevelTask, Mode, Objective, Plan, WhenLate};
 
 /// Largest partition the plan may use.
 const MAX_PARTITION: usize = 65_536;
@@ -29,6 +33,8 @@ pub struct TessConv {
     ir_len: usize,
     /// The engine's count of late steps.
     late: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// The long levels were handed to the graph as parts (time-distributed).
+    parts_taken: bool,
 }
 
 impl std::fmt::Debug for TessConv {
@@ -55,20 +61,21 @@ impl PdObject for TessConv {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.conv = None;
         self.ir_len = 0;
+        self.parts_taken = false;
         let Some(array) = env.shared.array(&self.name) else {
             return;
         };
         let ir = array.read().unwrap_or_else(|e| e.into_inner()).clone();
         let (mode, when_late) = match &env.shared.long_levels {
             LongLevels::Preemptive(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
-            LongLevels::TimeDistributed => (Mode::TimeDistributed, WhenLate::Wait),
+            LongLevels::TimeDistributed => (Mode::Scheduled, WhenLate::Wait),
             LongLevels::Synchronous => (Mode::Synchronous, WhenLate::Wait),
         };
         // Time-distributed levels must fit their largest indivisible piece (an FFT) into one
         // block, so their partitions are chosen for the heaviest block, the others' for the
         // mean (tess_conv::Objective).
         let objective = match mode {
-            Mode::TimeDistributed => Objective::WorstCallback,
+            Mode::TimeDistributed | Mode::Scheduled => Objective::WorstCallback,
             _ => Objective::MeanLoad,
         };
         // An empty array, or a block the library cannot take: silence, as a missing array.
@@ -100,8 +107,59 @@ impl PdObject for TessConv {
     }
     fn cost_hint_ns(&self) -> u32 {
         // about a nanosecond per 256 response samples per block, plus level 0 (see the
-        // library's cost example)
-        500 + (self.ir_len / 256) as u32
+        // library's cost example); with parts, they carry the long levels
+        match &self.conv {
+            Some(c) if self.parts_taken => {
+                CostModel::default().level_ns(&c.plan().levels[0]) as u32 + 200
+            }
+            _ => 500 + (self.ir_len / 256) as u32,
+        }
+    }
+    fn parallel_parts(&mut self) -> Vec<Box<dyn PdObject>> {
+        let Some(c) = &mut self.conv else {
+            return Vec::new();
+        };
+        let parts: Vec<Box<dyn PdObject>> = c
+            .take_level_tasks()
+            .into_iter()
+            .map(|task| Box::new(LevelPart::new(task)) as Box<dyn PdObject>)
+            .collect();
+        self.parts_taken = !parts.is_empty();
+        parts
+    }
+}
+
+/// One long level of a time-distributed `tess~conv`, as a node of the graph: runs the level's
+/// share of each block ([`LevelTask::run`]).
+#[derive(Debug)]
+struct LevelPart {
+    task: LevelTask,
+    cost_ns: u32,
+}
+
+impl LevelPart {
+    fn new(task: LevelTask) -> LevelPart {
+        // The level's whole step spread evenly over the blocks of its period.
+        let per_block = CostModel::default().level_ns(&task.level()) / task.slots().max(1) as f64;
+        LevelPart {
+            task,
+            cost_ns: per_block.clamp(1.0, f64::from(u32::MAX)) as u32,
+        }
+    }
+}
+
+impl PdObject for LevelPart {
+    fn ports(&self) -> (Vec<Port>, Vec<Port>) {
+        (Vec::new(), Vec::new())
+    }
+    fn is_dsp(&self) -> bool {
+        true
+    }
+    fn perform(&mut self, _ins: &[&[f32]], _outs: &mut [&mut [f32]]) {
+        self.task.run();
+    }
+    fn cost_hint_ns(&self) -> u32 {
+        self.cost_ns
     }
 }
 
@@ -113,6 +171,7 @@ pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
             conv: None,
             ir_len: 0,
             late: None,
+            parts_taken: false,
         }) as Box<dyn PdObject>
     })
 }

@@ -143,6 +143,15 @@ pub trait PdObject: Send + std::fmt::Debug {
     fn cost_hint_ns(&self) -> u32 {
         100
     }
+    /// The sub-tasks this object splits its work into (a parallel plug-in, seed 001 section
+    /// 2.2), asked once, after [`PdObject::prepare`]. Each becomes a node of the graph of its
+    /// own with no signal ports, run once per block on whichever hart the scheduler picks,
+    /// before this object's `perform` in the same block (never concurrently with it); the
+    /// parts run concurrently with each other and with the rest of the graph. The object
+    /// and its parts share state only through what the parts were built with.
+    fn parallel_parts(&mut self) -> Vec<Box<dyn PdObject>> {
+        Vec::new()
+    }
 }
 
 /// Why an object could not be made.
