@@ -27,8 +27,17 @@ pub enum Mode {
     /// predecessor of the convolver's node). The levels' shares then run in parallel with each
     /// other and with the rest of the host's work. A step whose shares did not all run by its
     /// deadline is late (counted; its level is silent for a period, as [`WhenLate::Drop`]),
-    /// never waited for.
+    /// never waited for ([`WhenLate`] does not apply). Until the tasks are taken, no share runs.
     Scheduled,
+    /// Seed 001 section 3.3 approach 1 without threads of its own: each step is due one period
+    /// after its input is complete, as in [`Mode::Preemptive`], and runs in pieces (the
+    /// forward FFT, a range of partitions, the inverse FFT) through
+    /// [`LevelTask::run_piece`], which the host calls in whatever time its threads have
+    /// between blocks, and stops calling when the next block arrives: the long levels run at
+    /// a lower priority than the blocks, preempted at the next piece boundary. With
+    /// [`WhenLate::Wait`] `process` waits for a step that is not done, so the host must run
+    /// the pieces on another thread or before the callback that collects them.
+    Background,
     /// Seed 001 section 3.3 approach 1: each step runs on the pool's worker for its level, at
     /// a lower priority than the audio thread, preempted whenever a block arrives. The result
     /// is due one period later. The convolver holds the pool (several convolvers may share
@@ -172,12 +181,15 @@ impl Convolver {
         })
     }
 
-    /// The long levels' tasks, one per long level (shortest first), in [`Mode::Scheduled`];
-    /// empty in any other mode, or if they were already taken. Each must run once per
-    /// callback, before that callback's [`Convolver::process`] and after the previous one's
-    /// (the host orders them: a task's stores are then visible to `process` and back).
+    /// The long levels' tasks, one per long level (shortest first), in [`Mode::Scheduled`]
+    /// and [`Mode::Background`]; empty in any other mode, or if they were already taken.
+    /// Scheduled, each must run once per callback ([`LevelTask::run`]), before that callback's
+    /// [`Convolver::process`] and after the previous one's (the host orders them: a task's
+    /// stores are then visible to `process` and back). In the background, a task's pieces
+    /// ([`LevelTask::run_piece`]) may run at any time, concurrently with `process`, one
+    /// thread at a time per task.
     pub fn take_level_tasks(&mut self) -> Vec<LevelTask> {
-        if !matches!(self.mode, Mode::Scheduled) || self.tasks_taken {
+        if !matches!(self.mode, Mode::Scheduled | Mode::Background) || self.tasks_taken {
             return Vec::new();
         }
         self.tasks_taken = true;
@@ -188,6 +200,11 @@ impl Convolver {
                 schedule: lv.schedule,
                 slots: lv.slots,
                 callback: self.callback.clone(),
+                piece: Piece::Forward,
+                step: 0,
+                chunk: partitions_per_piece(&lv.cell.level),
+                next_callback: self.callback.load(Ordering::Relaxed),
+                broken: None,
             })
             .collect()
     }
@@ -203,8 +220,9 @@ impl Convolver {
     }
 
     /// Convolves one block: `input` and `output` are `plan().block` samples. Returns how many
-    /// long steps were late in this callback (always 0 unless preemptive with
-    /// [`WhenLate::Drop`]).
+    /// long steps were late in this callback (always 0 when the steps run in the callbacks:
+    /// synchronous or time-distributed; preemptive or in the background only with
+    /// [`WhenLate::Drop`]; scheduled when a level's task skipped a share).
     pub fn process(&mut self, input: &[f32], output: &mut [f32]) -> u32 {
         let b = self.plan.block;
         assert_eq!(input.len(), b, "input block");
@@ -257,7 +275,7 @@ fn long_level_callback(
     if let Mode::TimeDistributed = mode {
         // SAFETY: time-distributed cells are never registered with a pool and their tasks are
         // never handed out: this thread owns them.
-        unsafe { time_distributed_share(&lv.cell, &lv.schedule, slot, period) };
+        unsafe { time_distributed_share(&lv.cell, &lv.schedule, Some(slot), period) };
     }
     if lv.schedule.is_last(slot) {
         late += collect(lv, period, mode, when_late);
@@ -279,7 +297,8 @@ fn long_level_callback(
                 // Owned by this thread throughout; done when its last sub-task has run.
                 Mode::TimeDistributed => lv.cell.posted.store(step, Ordering::Relaxed),
                 // Handed to the level's task, which owns the job until it stores `done`.
-                Mode::Scheduled => lv.cell.posted.store(step, Ordering::Release),
+                // Handed to the host's background pieces the same way.
+                Mode::Scheduled | Mode::Background => lv.cell.posted.store(step, Ordering::Release),
                 Mode::Preemptive(pool) => {
                     lv.cell.posted.store(step, Ordering::Release);
                     pool.wake(k);
@@ -329,8 +348,9 @@ fn collect(lv: &mut LongLevel, period: u64, mode: &Mode, when_late: WhenLate) ->
     0
 }
 
+/// Whether a step runs elsewhere, due a period after it was posted (not in the callbacks).
 fn mode_is_preemptive(mode: &Mode) -> bool {
-    matches!(mode, Mode::Preemptive(_))
+    matches!(mode, Mode::Preemptive(_) | Mode::Background)
 }
 
 /// This callback's share of a time-distributed step: the step started at the end of the
@@ -338,10 +358,18 @@ fn mode_is_preemptive(mode: &Mode) -> bool {
 /// [`Schedule`] begins at the callback after the step's input was complete.
 ///
 /// # Safety
-/// The calling thread owns the cell's job while a step is in flight (`done < posted`): no
-/// other thread runs this level's share at the same time, and the convolver's `process`
-/// does not run concurrently with it.
-unsafe fn time_distributed_share(cell: &JobCell, schedule: &Schedule, slot: usize, period: u64) {
+/// The calling thread is the only one that runs this level's shares (the convolver's own
+/// thread in [`Mode::TimeDistributed`], the one [`LevelTask`] otherwise): while a step is in
+/// flight (`done != posted`) the job is its own under the cell's protocol, since `process`
+/// touches the job only when it is idle and only this thread stores `done`.
+///
+/// `slot` is `None` in a period whose step lost a share: only an older step is given back.
+unsafe fn time_distributed_share(
+    cell: &JobCell,
+    schedule: &Schedule,
+    slot: Option<usize>,
+    period: u64,
+) {
     let posted = cell.posted.load(Ordering::Acquire);
     let done = cell.done.load(Ordering::Relaxed);
     if done != posted && posted < period {
@@ -351,6 +379,7 @@ unsafe fn time_distributed_share(cell: &JobCell, schedule: &Schedule, slot: usiz
         return;
     }
     // A step is running in period p if it was posted at the end of period p - 1.
+    let Some(slot) = slot else { return };
     if period == 0 || posted != period || done == posted {
         return;
     }
@@ -378,6 +407,34 @@ pub struct LevelTask {
     schedule: Schedule,
     slots: usize,
     callback: Arc<AtomicU64>,
+    /// In the background: the next piece of step `step`.
+    piece: Piece,
+    step: u64,
+    /// Partitions multiplied in one piece.
+    chunk: usize,
+    /// Scheduled: the callback whose share is due next, and a period in which a share was
+    /// skipped (its step is late, never handed back as done).
+    next_callback: u64,
+    broken: Option<u64>,
+}
+
+/// The next piece of a background step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    Forward,
+    /// Partitions from this one on.
+    Mac(usize),
+    Inverse,
+}
+
+/// Partitions in one background piece: about one FFT's worth of multiply-adds, so that no
+/// piece is much longer than the one that cannot be cut (the FFT), which bounds how late a
+/// piece makes the next block.
+fn partitions_per_piece(level: &crate::Level) -> usize {
+    let model = crate::CostModel::default();
+    (model.fft_ns(level) / model.mac_partition_ns(level))
+        .ceil()
+        .max(1.0) as usize
 }
 
 impl std::fmt::Debug for LevelTask {
@@ -396,13 +453,62 @@ impl LevelTask {
         // Acquire: pairs with `process`'s release of the count (its input and its post).
         let t = self.callback.load(Ordering::Acquire);
         let slots = self.slots as u64;
-        // SAFETY: this task is the only one for its cell (handed out once), `&mut self` keeps
-        // it on one thread at a time, and the host runs it between two `process` calls (the
-        // contract of `take_level_tasks`); while a step is in flight the job is this task's
-        // under the cell's protocol (`process` touches it only when idle).
-        unsafe {
-            time_distributed_share(&self.cell, &self.schedule, (t % slots) as usize, t / slots)
+        let (slot, period) = ((t % slots) as usize, t / slots);
+        // A callback of this period went by without its share (the host skipped this task):
+        // the step in flight lacks a part of its work, so it must not be handed back as done.
+        // Its remaining shares are skipped; `collect` counts it late at the period's end and
+        // the next period gives the job back (the abandon path of the shares).
+        if t > self.next_callback && slot > 0 {
+            self.broken = Some(period);
+        }
+        self.next_callback = t + 1;
+        let slot = (self.broken != Some(period)).then_some(slot);
+        // SAFETY: this task is the only one for its cell (handed out once, not `Clone`;
+        // `&mut self` keeps it on one thread at a time), so it alone runs the level's shares.
+        unsafe { time_distributed_share(&self.cell, &self.schedule, slot, period) };
+    }
+
+    /// In the background ([`Mode::Background`]): runs the next piece of the step in flight, if
+    /// one is; returns whether it ran anything. Call it whenever a thread of the host is
+    /// idle, from one thread at a time per task, and stop calling it when the next block is
+    /// due: no piece is much longer than one FFT of the level.
+    pub fn run_piece(&mut self) -> bool {
+        // Acquire: pairs with `process`'s release of `posted` (the job and its period).
+        let posted = self.cell.posted.load(Ordering::Acquire);
+        if posted == self.cell.done.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.step != posted {
+            self.step = posted;
+            self.piece = Piece::Forward;
+        }
+        // SAFETY: a step is in flight (posted != done), so this task owns the job under the
+        // cell's protocol; `&mut self` keeps the task on one thread; one reference.
+        let job = unsafe { self.cell.job() };
+        let parts = self.cell.level.partitions;
+        self.piece = match self.piece {
+            Piece::Forward => {
+                job.gather(&self.cell.halves);
+                job.forward();
+                Piece::Mac(0)
+            }
+            Piece::Mac(p0) => {
+                let p1 = (p0 + self.chunk).min(parts);
+                job.mac(p0, p1);
+                if p1 == parts {
+                    Piece::Inverse
+                } else {
+                    Piece::Mac(p1)
+                }
+            }
+            Piece::Inverse => {
+                job.inverse();
+                // Release: hands the job (and its output) back to `process`.
+                self.cell.done.store(posted, Ordering::Release);
+                Piece::Forward
+            }
         };
+        true
     }
 
     /// The level this task computes.

@@ -104,6 +104,64 @@ fn scheduled_level_tasks_on_another_thread_match_the_direct_sum() {
     }
 }
 
+/// Background pieces run by another thread whenever it likes, concurrently with `process`
+/// (which waits for a step not done when it is due): exact, and the same samples as the
+/// preemptive workers compute (the same steps).
+#[test]
+fn background_pieces_on_another_thread_match_the_direct_sum() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for &(block, len, sizes) in PLANS {
+        let h = noise(len, len as u64 + 3);
+        let x = noise(block * 600, 17);
+        let want = direct(&x, &h);
+        let plan = Plan::with_sizes(block, len, sizes).unwrap();
+        let mut c = Convolver::new(&h, &plan, Mode::Background, WhenLate::Wait).unwrap();
+        let mut tasks = c.take_level_tasks();
+        assert_eq!(tasks.len(), sizes.len());
+        let stop = AtomicBool::new(false);
+        let y = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if !tasks.iter_mut().any(|t| t.run_piece()) {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            let y = run(&mut c, &x);
+            stop.store(true, Ordering::Relaxed);
+            y
+        });
+        assert_close(&y, &want, &format!("background {plan}"));
+        assert_eq!(c.late(), 0);
+    }
+}
+
+/// Pieces run on the callback's own thread between callbacks, all there are (as an offline
+/// render does): never late, exact.
+#[test]
+fn background_pieces_between_callbacks_are_never_late() {
+    let (block, len, sizes) = (32, 5000, &[128usize, 1024][..]);
+    let h = noise(len, 21);
+    let x = noise(block * 600, 23);
+    let want = direct(&x, &h);
+    let plan = Plan::with_sizes(block, len, sizes).unwrap();
+    let mut c = Convolver::new(&h, &plan, Mode::Background, WhenLate::Drop).unwrap();
+    let mut tasks = c.take_level_tasks();
+    let mut y = vec![0.0; x.len()];
+    let mut pieces = 0;
+    for (xi, yi) in x.chunks_exact(block).zip(y.chunks_exact_mut(block)) {
+        c.process(xi, yi);
+        for t in tasks.iter_mut() {
+            while t.run_piece() {
+                pieces += 1;
+            }
+        }
+    }
+    assert_close(&y, &want, "background between callbacks");
+    assert_eq!(c.late(), 0);
+    assert!(pieces > 0);
+}
+
 /// A host that skips a level's task for a while: its steps are counted late, the level is
 /// silent while they are, and it comes back exact (the job was handed back, not lost).
 #[test]
@@ -130,6 +188,37 @@ fn a_skipped_level_task_is_late_and_the_level_recovers() {
     // Well after the gap every level is exact again.
     let tail = 400 * block;
     assert_close(&y[tail..], &want[tail..], "after the gap");
+}
+
+/// One share skipped, at every slot of the longest level's period in turn: the step that
+/// lost it is always counted late (never played as if complete), and the output is exact
+/// again afterwards.
+#[test]
+fn one_skipped_share_at_any_slot_makes_its_step_late() {
+    let (block, len, sizes) = (32, 3001, &[64usize, 256][..]);
+    let h = noise(len, 5);
+    let x = noise(block * 400, 19);
+    let want = direct(&x, &h);
+    let plan = Plan::with_sizes(block, len, sizes).unwrap();
+    let slots = 256 / block;
+    for skip in 96..96 + slots {
+        let mut c = Convolver::new(&h, &plan, Mode::Scheduled, WhenLate::Drop).unwrap();
+        let mut tasks = c.take_level_tasks();
+        let mut y = vec![0.0; x.len()];
+        for (t, (xi, yi)) in x
+            .chunks_exact(block)
+            .zip(y.chunks_exact_mut(block))
+            .enumerate()
+        {
+            if t != skip {
+                tasks.iter_mut().for_each(|t| t.run());
+            }
+            c.process(xi, yi);
+        }
+        assert!(c.late() >= 1, "skipping callback {skip}: no late step");
+        let tail = 300 * block;
+        assert_close(&y[tail..], &want[tail..], &format!("after skipping {skip}"));
+    }
 }
 
 #[test]

@@ -644,12 +644,12 @@ pub struct ConvEngineOptions {
     pub seconds: f64,
 }
 
-/// `tess~conv` inside the engine, its long levels run synchronously and then preemptively
-/// (seed 001 section 3.3 in the engine): one patch (`noise~ -> tess~conv ir -> dac~`, the
-/// response read from a WAV file by `soundfiler`) played in real time at 44.1 kHz on one CPU,
-/// once per mode; adds a table and the figures `engine_misses_{sync,preemptive}`,
-/// `engine_p999_us_{sync,preemptive}`, `engine_max_us_{sync,preemptive}` and
-/// `engine_conv_late_preemptive` (steps the workers finished too late) to `r`.
+/// `tess~conv` inside the engine, its long levels run synchronously, preemptively and in the
+/// background (seed 001 section 3.3 in the engine): one patch (`noise~ -> tess~conv ir ->
+/// dac~`, the response read from a WAV file by `soundfiler`) played in real time at 44.1 kHz
+/// on one CPU, once per mode; adds a table and the figures
+/// `engine_misses_{sync,preemptive,background}`, `engine_p999_us_*`, `engine_max_us_*` and
+/// `engine_conv_late_{preemptive,background}` (steps finished too late) to `r`.
 pub fn conv_in_engine(o: &ConvEngineOptions, r: &mut Report) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("tess-pd-conv-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -657,6 +657,9 @@ pub fn conv_in_engine(o: &ConvEngineOptions, r: &mut Report) -> anyhow::Result<(
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
+
+/// The long-level modes the engine plays, in order.
+const MODES: [&str; 3] = ["sync", "preemptive", "background"];
 
 fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyhow::Result<()> {
     use crate::engine::EngineOptions;
@@ -690,14 +693,16 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
             .map_err(|e| anyhow::anyhow!("SCHED_FIFO {}: {e}", o2.rt_priority))?;
         let stop = std::sync::atomic::AtomicBool::new(false);
         let mut out = Vec::new();
-        for preemptive in [false, true] {
+        for mode in MODES {
             let options = EngineOptions {
-                long_levels: if preemptive {
-                    crate::shared::LongLevels::Preemptive(crate::engine::conv_workers(
-                        o2.rt_priority,
-                    )?)
-                } else {
-                    crate::shared::LongLevels::Synchronous
+                long_levels: match mode {
+                    "preemptive" => crate::shared::LongLevels::Preemptive(
+                        crate::engine::conv_workers(o2.rt_priority)?,
+                    ),
+                    "background" => {
+                        crate::shared::LongLevels::Background(tess_conv::WhenLate::Drop)
+                    }
+                    _ => crate::shared::LongLevels::Synchronous,
                 },
             };
             out.push(crate::play::play(
@@ -729,7 +734,7 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
             "late steps",
         ],
     );
-    for (mode, p) in ["sync", "preemptive"].iter().zip(&reports) {
+    for (mode, p) in MODES.iter().zip(&reports) {
         t.row(&[
             mode.to_string(),
             p.blocks.to_string(),
@@ -744,12 +749,14 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
             .figure(format!("engine_max_us_{mode}"), p.max_us);
     }
     r.figure("engine_conv_late_preemptive", reports[1].conv_late as f64);
+    r.figure("engine_conv_late_background", reports[2].conv_late as f64);
     r.table(t);
     r.note(format!(
         "engine: `tess-pd play` of noise~ -> tess~conv -> dac~ on CPU {} at SCHED_FIFO {}; \
          sync runs each long level in the block that completes its input, preemptive on 12 \
          workers at SCHED_FIFO {} and below on the same CPU, each step due one period of its \
-         level later",
+         level later; background with the same timing, run in pieces by the engine's own \
+         thread between blocks (no other thread; partitions up to 16,384)",
         o.cpu,
         o.rt_priority,
         o.rt_priority - 1

@@ -179,6 +179,21 @@ impl Engine {
         &self.graph
     }
 
+    /// Runs one piece of the patch's background work (`tess~conv`'s long levels with
+    /// [`crate::shared::LongLevels::Background`]) on the calling thread; returns whether there
+    /// was any. A host calls it between blocks while it has time (the executor's worker harts
+    /// do the same on their own while they wait for a block).
+    pub fn run_background_piece(&self) -> bool {
+        self.graph.background.run_piece()
+    }
+
+    /// Runs all the patch's background work there is now, on the calling thread (waiting for
+    /// any piece another hart is running): what an offline host does between blocks, so that
+    /// no long step is late.
+    pub fn run_background(&self) {
+        self.graph.background.run_all();
+    }
+
     /// Output channels.
     pub fn channels(&self) -> usize {
         self.prog.shared.dac.len()
@@ -372,8 +387,9 @@ impl Engine {
         self.prog.shared.adc.len()
     }
 
-    /// Long convolution steps (`tess~conv` with preemptive workers) that missed their
-    /// deadline so far; each silenced its level for a period or two.
+    /// Long convolution steps (`tess~conv`: preemptive, in the background, or a skipped
+    /// time-distributed share) that missed their deadline so far; each silenced its level for
+    /// a period or two.
     pub fn conv_late(&self) -> u64 {
         self.prog.shared.conv_late.load(Ordering::Relaxed)
     }

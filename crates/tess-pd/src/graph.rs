@@ -24,9 +24,10 @@
 //! block.
 
 use crate::load::Program;
-use crate::objects::{PdObject, Port};
+use crate::objects::{BackgroundTask, PdObject, Port};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// One signal object, ready to run.
 #[derive(Debug)]
@@ -47,8 +48,10 @@ pub struct Node {
     accumulate: Vec<(BufId, BufId, bool)>,
     /// The object may ask for a clock after a block.
     reports: bool,
-    /// The flat object id.
+    /// The flat object id (of the object a part belongs to, for a part).
     pub obj_id: usize,
+    /// For a part of an object ([`PdObject::parallel_parts`]): the node of that object.
+    pub part_of: Option<usize>,
     /// For each signal inlet: the sources `(node, signal outlet)` summed into it.
     pub sources: Vec<Vec<(usize, usize)>>,
     /// The object's inlet number of each signal inlet (for unconnected inlets' scalars).
@@ -177,6 +180,102 @@ fn add_into(dst: &mut [f32], src: &[f32]) {
     }
 }
 
+/// The objects' background work ([`PdObject::background_tasks`]), most urgent first, run a
+/// piece at a time by whichever hart has nothing else to do: the executor's worker harts
+/// while they wait for the next block, and the host's thread between its blocks
+/// (`Engine::run_background_piece`). A hart claims a task for one piece, so two harts never
+/// run the same task at once, and returns to block work at the next piece boundary.
+#[derive(Debug, Default)]
+pub struct Background {
+    tasks: Vec<BackgroundSlot>,
+}
+
+#[derive(Debug)]
+struct BackgroundSlot {
+    busy: AtomicBool,
+    task: UnsafeCell<Box<dyn BackgroundTask>>,
+}
+
+// SAFETY: a slot's task is only touched by the hart that set `busy` (acquire) until it clears
+// it (release); tasks are `Send`.
+unsafe impl Sync for Background {}
+
+impl Background {
+    fn new(mut tasks: Vec<Box<dyn BackgroundTask>>) -> Background {
+        tasks.sort_by_key(|t| t.due_within_ns());
+        Background {
+            tasks: tasks
+                .into_iter()
+                .map(|t| BackgroundSlot {
+                    busy: AtomicBool::new(false),
+                    task: UnsafeCell::new(t),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether there is any background work at all.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Runs one piece of the most urgent task that has work and that no other hart holds;
+    /// returns whether a piece ran.
+    pub fn run_piece(&self) -> bool {
+        self.try_piece() == PieceRun::Ran
+    }
+
+    /// Runs every piece there is, on the calling thread, until no task has work: waits for a
+    /// task another hart holds to be given back (its work may not be done). Offline hosts
+    /// call it between blocks, so that no step is ever late.
+    pub fn run_all(&self) {
+        loop {
+            match self.try_piece() {
+                PieceRun::Ran => {}
+                PieceRun::Held => std::thread::yield_now(),
+                PieceRun::Idle => return,
+            }
+        }
+    }
+
+    fn try_piece(&self) -> PieceRun {
+        let mut held = false;
+        for slot in &self.tasks {
+            if slot.busy.load(Ordering::Relaxed)
+                || slot
+                    .busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                held = true;
+                continue;
+            }
+            // SAFETY: this hart set `busy`: the task is its own until it clears it.
+            let ran = unsafe { (*slot.task.get()).run_piece() };
+            slot.busy.store(false, Ordering::Release);
+            if ran {
+                return PieceRun::Ran;
+            }
+        }
+        if held {
+            PieceRun::Held
+        } else {
+            PieceRun::Idle
+        }
+    }
+}
+
+/// What one try at background work did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PieceRun {
+    /// Ran a piece.
+    Ran,
+    /// Ran nothing, but another hart held a task (which may have work left).
+    Held,
+    /// Ran nothing: no task had work.
+    Idle,
+}
+
 /// The graph.
 #[derive(Debug, Default)]
 pub struct DspGraph {
@@ -199,6 +298,8 @@ pub struct DspGraph {
     arena: SignalArena,
     /// Samples in the arena before any partial sum buffers.
     base_len: usize,
+    /// The objects' background work.
+    pub background: Arc<Background>,
 }
 
 impl DspGraph {
@@ -213,7 +314,9 @@ impl DspGraph {
         // An object's parallel parts become nodes just before it, each a predecessor of it, so
         // that node order stays a valid serial schedule (Pd's order, parts first).
         let mut slots: Vec<(usize, Option<Box<dyn PdObject>>)> = Vec::with_capacity(order.len());
+        let mut background = Vec::new();
         for &id in order {
+            background.extend(program.objects[id].obj.background_tasks());
             for part in program.objects[id].obj.parallel_parts() {
                 slots.push((id, Some(part)));
             }
@@ -248,11 +351,15 @@ impl DspGraph {
                             .collect(),
                     ),
                 };
+                let part_of = part.as_ref().map(|_| node_of[id].expect("owner"));
                 let obj = part.unwrap_or_else(|| std::mem::replace(&mut e.obj, placeholder()));
-                let (reports, cost_ns) = (obj.reports_after_block(), obj.cost_hint_ns());
+                // A part never reports to control (its clock would go to its object).
+                let reports = part_of.is_none() && obj.reports_after_block();
+                let cost_ns = obj.cost_hint_ns();
                 Node {
                     obj: UnsafeCell::new(obj),
                     obj_id: id,
+                    part_of,
                     signal_inlet_ports,
                     sources: vec![Vec::new(); n_in],
                     preds: Vec::new(),
@@ -380,6 +487,7 @@ impl DspGraph {
             io: Vec::new(),
             arena,
             base_len: next,
+            background: Arc::new(Background::new(background)),
         };
         g.make_plans();
         g

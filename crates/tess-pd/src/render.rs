@@ -46,6 +46,8 @@ pub fn render_with(
     let mut buf = vec![0.0f32; config.block];
     while out[0].len() < total {
         e.tick(exec);
+        // Offline, all the background work there is runs between blocks: no step is late.
+        e.run_background();
         for (c, o) in out.iter_mut().enumerate() {
             e.read_output(c, &mut buf);
             o.extend_from_slice(&buf);

@@ -71,6 +71,9 @@ struct Cluster {
     cost: u64,
     preds: BTreeSet<usize>,
     succs: BTreeSet<usize>,
+    /// Made of an object's parallel parts: merges only with other parts, never into the
+    /// object it belongs to (a part is there to run beside it, on another hart).
+    parts: bool,
 }
 
 /// Merges nodes into tasks. Two merges never create a cycle:
@@ -78,6 +81,10 @@ struct Cluster {
 ///   A to B would enter B through another predecessor);
 /// - **absorb a predecessor** A into B when B is A's only successor task (any other path from
 ///   A to B would leave A through another successor).
+///
+/// A cluster of an object's parallel parts never merges with anything but other parts: a
+/// part is there to run beside its object on another hart (its cost hint is small only
+/// because it averages its level's FFT blocks with its lighter ones).
 ///
 /// Pure chains (A's only successor is B and B's only predecessor is A) always merge; other
 /// merges only while the task's cost stays under `total / (2 * harts)`, so a wide graph keeps
@@ -98,6 +105,7 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
                 cost: node.cost_ns as u64,
                 preds: node.preds.iter().copied().collect(),
                 succs: node.succs.iter().copied().collect(),
+                parts: node.part_of.is_some(),
             })
         })
         .collect();
@@ -137,7 +145,7 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
                 let a = *bc.preds.iter().next().expect("one");
                 let ac = cl[a].as_ref().expect("live");
                 let chain = ac.succs.len() == 1;
-                if chain || ac.cost + bc.cost <= cap {
+                if ac.parts == bc.parts && (chain || ac.cost + bc.cost <= cap) {
                     merge(&mut cl, a, b);
                     changed = true;
                     continue;
@@ -149,7 +157,7 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
             if ac.succs.len() == 1 {
                 let b = *ac.succs.iter().next().expect("one");
                 let bc = cl[b].as_ref().expect("live");
-                if bc.preds.len() <= 2 && ac.cost + bc.cost <= cap {
+                if ac.parts == bc.parts && bc.preds.len() <= 2 && ac.cost + bc.cost <= cap {
                     // keep the id of the absorbing task b; nodes are re-sorted below
                     merge(&mut cl, b, a);
                     changed = true;
@@ -159,13 +167,14 @@ fn cluster(g: &DspGraph, harts: usize) -> TaskGraph {
         // siblings: tasks with the same predecessors and the same successors have no path
         // between them (one would need the other among its ancestors), so they merge safely;
         // pack them into tasks of up to `cap` (64 voices into a mixer become a few tasks)
-        let mut groups: std::collections::BTreeMap<(Vec<usize>, Vec<usize>), Vec<usize>> =
+        let mut groups: std::collections::BTreeMap<(Vec<usize>, Vec<usize>, bool), Vec<usize>> =
             Default::default();
         for (k, c) in cl.iter().enumerate() {
             if let Some(c) = c {
                 let key = (
                     c.preds.iter().copied().collect(),
                     c.succs.iter().copied().collect(),
+                    c.parts,
                 );
                 groups.entry(key).or_default().push(k);
             }
@@ -237,6 +246,8 @@ pub(crate) struct Shared {
     /// The tasks, alive as long as any hart holds this state: a hart may still be leaving its
     /// last task when the executor splits the graph again (`Executor::retire`) or ends.
     task_graph: Arc<TaskGraph>,
+    /// The graph's background work, run by harts waiting for the next block.
+    background: Arc<crate::graph::Background>,
 }
 
 /// `n` zeroed values, each on its own cache line.
@@ -251,6 +262,7 @@ impl Shared {
         tg: Arc<TaskGraph>,
         home: Vec<Vec<usize>>,
         stealers: Vec<Stealer<u64>>,
+        background: Arc<crate::graph::Background>,
     ) -> Shared {
         let (nt, harts) = (tg.tasks.len(), home.len());
         Shared {
@@ -267,6 +279,7 @@ impl Shared {
             stealers,
             strategy,
             ran: padded(harts),
+            background,
         }
     }
 
@@ -486,7 +499,13 @@ impl Executor {
         let mut locals: Vec<Worker<u64>> = (0..self.harts).map(|_| Worker::new_lifo()).collect();
         let stealers = locals.iter().map(Worker::stealer).collect();
         let home = deal_home(g, &tg, self.harts);
-        let shared = Arc::new(Shared::new(self.strategy, tg, home, stealers));
+        let shared = Arc::new(Shared::new(
+            self.strategy,
+            tg,
+            home,
+            stealers,
+            g.background.clone(),
+        ));
         self.hart0 = Some(Hart::new(0, locals.remove(0)));
         if let Some(host) = &self.host {
             // The runtime's worker tasks take their harts' state from here; nobody waits for
@@ -662,6 +681,11 @@ pub(crate) fn worker_round(sh: &Shared, hart: &mut Hart, seen: &mut u64, max_spi
         spins += 1;
         if spins >= max_spins {
             return true;
+        }
+        // Between blocks, background work (lower in priority than any block: a piece at a
+        // time, checking for the next block in between).
+        if sh.background.run_piece() {
+            continue;
         }
         if spins > 20_000 {
             std::thread::yield_now();
@@ -962,7 +986,13 @@ mod tests {
             npreds: vec![0; nt],
             succs: vec![Vec::new(); nt],
         };
-        Shared::new(Strategy::WorkStealing, Arc::new(tg), home, Vec::new())
+        Shared::new(
+            Strategy::WorkStealing,
+            Arc::new(tg),
+            home,
+            Vec::new(),
+            Arc::default(),
+        )
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub enum LongLevels {
     TimeDistributed,
     /// On workers below the engine's priority that every block preempts (approach 1).
     Preemptive(ConvWorkers),
+    /// Approach 1 on the engine's own harts: each step due a period later, run in pieces in
+    /// the time the harts have between blocks ([`crate::graph::Background`]), set aside at the
+    /// next piece boundary when a block arrives. No threads or priorities of its own, so it
+    /// runs on a cell's harts. `Drop` in real time, `Wait` for exact output (a host that runs
+    /// every piece between blocks, as `render` does, never waits).
+    Background(tess_conv::WhenLate),
 }
 
 /// All named state of one patch.
@@ -103,7 +109,8 @@ pub struct Shared {
     pub sample_rate: f32,
     /// Where `tess~conv`'s long levels run.
     pub long_levels: LongLevels,
-    /// Long convolution steps that missed their deadline (preemptive mode), all objects.
+    /// Long convolution steps that missed their deadline (preemptive or background long
+    /// levels), all objects.
     pub conv_late: Arc<AtomicU64>,
     /// How many of the `adc~` channels some `adc~` object reads (its highest channel): a host
     /// that opens inputs on demand (JACK ports) opens these.

@@ -133,6 +133,27 @@ fn tess_conv_on_preemptive_workers_renders_what_the_synchronous_mode_renders() {
     }
 }
 
+/// Long levels in the background (each step run in pieces between blocks, by the render loop
+/// and, on 2 harts, by the worker hart while it waits; told to wait for a late step so the
+/// output is exact): the same samples as the synchronous mode, bit for bit (the same plan and
+/// the same steps).
+#[test]
+fn tess_conv_in_the_background_renders_what_the_synchronous_mode_renders() {
+    let ir = response(20_000);
+    let (_d, path, sync) = patch_and_sync_render(&ir);
+    let options = tess_pd::engine::EngineOptions {
+        long_levels: tess_pd::shared::LongLevels::Background(tess_conv::WhenLate::Wait),
+    };
+    let e = tess_pd::engine::Engine::open_with(&path, CFG, &options).expect("open");
+    assert!(
+        !e.graph().background.is_empty(),
+        "the long levels are background work"
+    );
+    for bg in render_serially_and_on_2_harts(&path, &options) {
+        assert_eq!(bg, sync);
+    }
+}
+
 /// Time-distributed long levels (the steps cut into sub-tasks over their period's blocks, in
 /// the engine's own blocks): the same samples as the synchronous mode, serially and on 2
 /// harts. Its plan differs (partitions for the heaviest block), so equal to float rounding.
@@ -178,17 +199,14 @@ fn time_distributed_long_levels_are_tasks_of_the_engines_scheduler() {
     let td = tess_pd::engine::Engine::open_with(&path, CFG, &options).expect("open");
     let g = td.graph();
     assert_eq!(g.nodes.len(), plain.graph().nodes.len() + long);
-    // a part: one successor, the object it belongs to
     let parts: Vec<usize> = (0..g.nodes.len())
-        .filter(|&k| match g.nodes[k].succs.as_slice() {
-            [s] => g.nodes[*s].obj_id == g.nodes[k].obj_id,
-            _ => false,
-        })
+        .filter(|&k| g.nodes[k].part_of.is_some())
         .collect();
     assert_eq!(parts.len(), long, "one part per long level");
-    let owner = g.nodes[parts[0]].succs[0];
+    let owner = g.nodes[parts[0]].part_of.expect("a part");
     for &p in &parts {
         assert!(p < owner && g.nodes[p].preds.is_empty());
+        assert_eq!(g.nodes[p].succs, [owner]);
         assert!(g.nodes[owner].preds.contains(&p));
     }
     let tasks = tess_pd::sched::TaskGraph::from_graph(g, 2);

@@ -32,7 +32,8 @@ pub struct ConvolutionArgs {
     pub max_instances: usize,
     /// The variants to measure (comma-separated): instances per hart of the library's
     /// preemptive and time-distributed modes and of zita-convolver, and `engine`: tess-pd
-    /// playing one `tess~conv` with its long levels synchronous, then preemptive.
+    /// playing one `tess~conv` with its long levels synchronous, preemptive, then in the
+    /// background.
     #[arg(long, value_delimiter = ',', default_value = "preemptive,time-distributed,zita,engine",
           value_parser = ["preemptive", "time-distributed", "zita", "engine"])]
     pub variants: Vec<String>,

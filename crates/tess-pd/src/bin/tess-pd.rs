@@ -215,7 +215,10 @@ struct RtArgs {
     /// spread over the blocks of each level's period (no extra threads; partitions chosen for
     /// the heaviest block), `preemptive` on workers below the engine's priority that every
     /// block preempts, each step due one period of its level later (seed 001 section 3.3;
-    /// needs --rt-priority 13 or more). All three render the same samples when on time.
+    /// needs --rt-priority 13 or more), `background` the same timing on the engine's own harts:
+    /// each step run in pieces in the time they have between blocks, set aside at the next
+    /// piece boundary when a block arrives (no threads or priorities of its own, so it runs
+    /// in a cell). All four render the same samples when on time.
     #[arg(long, value_enum, default_value = "sync")]
     conv: ConvMode,
 }
@@ -226,6 +229,7 @@ enum ConvMode {
     Sync,
     TimeDistributed,
     Preemptive,
+    Background,
 }
 
 impl RtArgs {
@@ -238,7 +242,19 @@ impl RtArgs {
             anyhow::bail!(
                 "--harts cell: the cell's policy sets its harts' scheduling (tess cell create \
                  --policy ...); --rt-priority and --conv preemptive are for the engine's own \
-                 threads (--conv time-distributed runs in the engine's blocks)"
+                 threads (--conv time-distributed and background run on the engine's harts)"
+            );
+        }
+        Ok(())
+    }
+
+    /// `device` waits for each packet on its calling thread, so background work there needs a
+    /// second hart.
+    fn check_for_device(&self, exec: &ExecArgs) -> anyhow::Result<()> {
+        self.check_for(exec)?;
+        if self.conv == ConvMode::Background && exec.harts == Harts::Threads(1) {
+            anyhow::bail!(
+                "--conv background: the device's thread waits for each packet, so the long                  levels need a second hart to run on between blocks (--harts 2, or --harts cell                  in a cell of 2 harts or more)"
             );
         }
         Ok(())
@@ -251,6 +267,7 @@ impl RtArgs {
         let long_levels = match (self.conv, self.rt_priority) {
             (ConvMode::Sync, _) => LongLevels::Synchronous,
             (ConvMode::TimeDistributed, _) => LongLevels::TimeDistributed,
+            (ConvMode::Background, _) => LongLevels::Background(tess_conv::WhenLate::Drop),
             (ConvMode::Preemptive, None) => anyhow::bail!(
                 "--conv preemptive needs --rt-priority: the workers run below the engine's \
                  SCHED_FIFO priority, so that every block preempts them"
@@ -418,7 +435,7 @@ fn main() -> anyhow::Result<()> {
             let mut control = control.bind()?;
             seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
-            rt.check_for(&exec)?;
+            rt.check_for_device(&exec)?;
             let r = exec.run(move |exec| {
                 let options = rt.apply(exec)?;
                 let mut engine =

@@ -18,13 +18,15 @@
 //! graph, before the object's own node (level 0 and the output). A step that misses is counted
 //! (`Engine::conv_late`).
 
-use super::{sarg, Cx, DspEnv, PdObject, Port};
+use super::{sarg, BackgroundTask, Cx, DspEnv, PdObject, Port};
 use crate::atom::{Atom, Msg};
 use crate::shared::LongLevels;
 use tess_conv::{Convolver, CostModel, LevelTask, Mode, Objective, Plan, WhenLate};
 
 /// Largest partition the plan may use.
 const MAX_PARTITION: usize = 65_536;
+/// Largest partition in the background ([`LongLevels::Background`]).
+const MAX_BACKGROUND_PARTITION: usize = 16_384;
 
 /// `tess~conv NAME`.
 pub struct TessConv {
@@ -35,6 +37,12 @@ pub struct TessConv {
     late: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// The long levels were handed to the graph as parts (time-distributed).
     parts_taken: bool,
+    /// The long levels were handed to the engine's background work.
+    in_background: bool,
+    /// How the engine runs long levels (from the last DSP start).
+    long_levels: LongLevels,
+    /// The engine's sample rate (from the last DSP start).
+    sample_rate: f32,
 }
 
 impl std::fmt::Debug for TessConv {
@@ -62,13 +70,18 @@ impl PdObject for TessConv {
         self.conv = None;
         self.ir_len = 0;
         self.parts_taken = false;
+        self.in_background = false;
+        self.long_levels = env.shared.long_levels.clone();
+        self.sample_rate = env.sample_rate;
         let Some(array) = env.shared.array(&self.name) else {
             return;
         };
         let ir = array.read().unwrap_or_else(|e| e.into_inner()).clone();
         let (mode, when_late) = match &env.shared.long_levels {
             LongLevels::Preemptive(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
-            LongLevels::TimeDistributed => (Mode::Scheduled, WhenLate::Wait),
+            // The graph runs every share before the object: never late, never waited for.
+            LongLevels::TimeDistributed => (Mode::Scheduled, WhenLate::Drop),
+            LongLevels::Background(w) => (Mode::Background, *w),
             LongLevels::Synchronous => (Mode::Synchronous, WhenLate::Wait),
         };
         // Time-distributed levels must fit their largest indivisible piece (an FFT) into one
@@ -78,11 +91,17 @@ impl PdObject for TessConv {
             Mode::TimeDistributed | Mode::Scheduled => Objective::WorstCallback,
             _ => Objective::MeanLoad,
         };
+        // In the background a piece delays the next block by up to one FFT of the largest
+        // level: keep that FFT short (about 60 us for 16,384 here).
+        let max_partition = match mode {
+            Mode::Background => MAX_BACKGROUND_PARTITION,
+            _ => MAX_PARTITION,
+        };
         // An empty array, or a block the library cannot take: silence, as a missing array.
         let Ok(plan) = Plan::optimal(
             env.block,
             ir.len(),
-            MAX_PARTITION,
+            max_partition,
             &CostModel::default(),
             objective,
         ) else {
@@ -109,11 +128,34 @@ impl PdObject for TessConv {
         // about a nanosecond per 256 response samples per block, plus level 0 (see the
         // library's cost example); with parts, they carry the long levels
         match &self.conv {
-            Some(c) if self.parts_taken => {
+            Some(c) if self.parts_taken || self.in_background => {
                 CostModel::default().level_ns(&c.plan().levels[0]) as u32 + 200
             }
             _ => 500 + (self.ir_len / 256) as u32,
         }
+    }
+    fn background_tasks(&mut self) -> Vec<Box<dyn BackgroundTask>> {
+        let Some(c) = &mut self.conv else {
+            return Vec::new();
+        };
+        if !matches!(self.long_levels, LongLevels::Background(_)) {
+            return Vec::new();
+        }
+        let rate = self.sample_rate;
+        let tasks: Vec<Box<dyn BackgroundTask>> = c
+            .take_level_tasks()
+            .into_iter()
+            .map(|task| {
+                // due one period of the level after its input is complete
+                let due_within_ns = (task.level().size as f64 / f64::from(rate) * 1e9) as u64;
+                Box::new(LevelInBackground {
+                    task,
+                    due_within_ns,
+                }) as Box<dyn BackgroundTask>
+            })
+            .collect();
+        self.in_background = !tasks.is_empty();
+        tasks
     }
     fn parallel_parts(&mut self) -> Vec<Box<dyn PdObject>> {
         let Some(c) = &mut self.conv else {
@@ -126,6 +168,23 @@ impl PdObject for TessConv {
             .collect();
         self.parts_taken = !parts.is_empty();
         parts
+    }
+}
+
+/// One long level of a `tess~conv` in the background: a piece at a time in the harts' idle
+/// time ([`LevelTask::run_piece`]).
+#[derive(Debug)]
+struct LevelInBackground {
+    task: LevelTask,
+    due_within_ns: u64,
+}
+
+impl BackgroundTask for LevelInBackground {
+    fn run_piece(&mut self) -> bool {
+        self.task.run_piece()
+    }
+    fn due_within_ns(&self) -> u64 {
+        self.due_within_ns
     }
 }
 
@@ -172,6 +231,9 @@ pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
             ir_len: 0,
             late: None,
             parts_taken: false,
+            in_background: false,
+            long_levels: LongLevels::Synchronous,
+            sample_rate: 44_100.0,
         }) as Box<dyn PdObject>
     })
 }

@@ -152,6 +152,23 @@ pub trait PdObject: Send + std::fmt::Debug {
     fn parallel_parts(&mut self) -> Vec<Box<dyn PdObject>> {
         Vec::new()
     }
+    /// Long-running work this object does outside the blocks (seed 001 section 3.3, approach
+    /// 1), asked once, after [`PdObject::prepare`]: the engine's harts run its pieces when
+    /// they have no block work, lower in priority than any block, and set it aside at the next
+    /// piece boundary when a block arrives ([`crate::graph::Background`]).
+    fn background_tasks(&mut self) -> Vec<Box<dyn BackgroundTask>> {
+        Vec::new()
+    }
+}
+
+/// Work an object does in the harts' idle time ([`PdObject::background_tasks`]).
+pub trait BackgroundTask: Send + std::fmt::Debug {
+    /// Runs one short piece of work, if there is any; returns whether it ran something. A
+    /// piece should take no longer than the object can afford to delay a block.
+    fn run_piece(&mut self) -> bool;
+    /// How urgent the task's work is: the time (ns) it has from being given work to being
+    /// due. Shorter runs first (rate-monotonic).
+    fn due_within_ns(&self) -> u64;
 }
 
 /// Why an object could not be made.
