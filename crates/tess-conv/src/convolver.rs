@@ -35,8 +35,9 @@ pub enum Mode {
     /// [`LevelTask::run_piece`], which the host calls in whatever time its threads have
     /// between blocks, and stops calling when the next block arrives: the long levels run at
     /// a lower priority than the blocks, preempted at the next piece boundary. With
-    /// [`WhenLate::Wait`] `process` waits for a step that is not done, so the host must run
-    /// the pieces on another thread or before the callback that collects them.
+    /// [`WhenLate::Wait`] `process` waits for a step that is not done: only for a host that
+    /// runs the pieces on another thread that never waits for this one (or runs them all
+    /// before each callback, when nothing is ever waited for); otherwise it hangs.
     Background,
     /// Seed 001 section 3.3 approach 1: each step runs on the pool's worker for its level, at
     /// a lower priority than the audio thread, preempted whenever a block arrives. The result

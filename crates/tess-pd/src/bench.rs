@@ -699,9 +699,7 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
                     "preemptive" => crate::shared::LongLevels::Preemptive(
                         crate::engine::conv_workers(o2.rt_priority)?,
                     ),
-                    "background" => {
-                        crate::shared::LongLevels::Background(tess_conv::WhenLate::Drop)
-                    }
+                    "background" => crate::shared::LongLevels::Background,
                     _ => crate::shared::LongLevels::Synchronous,
                 },
             };

@@ -36,7 +36,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tess_runtime::{Hart, Scheduler, Step, Task};
 
 /// Polls of the next block's epoch a worker slice waits before it yields its hart back to the
-/// runtime (the wait spins, then yields the CPU; a few milliseconds either way).
+/// runtime (the wait spins, then yields the CPU; a few milliseconds either way, longer when
+/// the polls run background pieces: up to one piece each, and the slice still ends at the
+/// next block).
 const SPINS_PER_SLICE: u32 = 50_000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

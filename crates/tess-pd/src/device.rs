@@ -140,6 +140,11 @@ impl std::fmt::Debug for Link {
 /// How long a receive waits before the serve loop looks at its stop flag and clock.
 const RECV_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// How long before the next packet is due the device's thread stops starting background
+/// pieces: a little more than the longest piece (one FFT of 2 x 16,384 points, about 60 us
+/// here).
+const BACKGROUND_GUARD_NS: u64 = 150_000;
+
 impl Link {
     /// Binds `addr`: directly, or in the network service named `service`.
     pub fn bind(addr: SocketAddr, service: Option<&str>) -> io::Result<Link> {
@@ -319,6 +324,12 @@ pub fn serve(
         if turnaround.len() < turnaround.capacity() {
             turnaround.push(now_ns() - arrived);
         }
+        // Background work (`tess~conv --conv background`) in the quiet part of the period:
+        // the next packet is due a period after this one arrived; stop a piece's length
+        // before that, so a piece never delays its answer (worker harts, if any, do the same
+        // while they wait for a block).
+        let quiet_until = arrived + (period_ns() as u64).saturating_sub(BACKGROUND_GUARD_NS);
+        while now_ns() < quiet_until && engine.run_background_piece() {}
     }
     turnaround.sort_unstable();
     report.turnaround_p50_us = percentile(&turnaround, 0.5);

@@ -192,8 +192,19 @@ pub struct Background {
 
 #[derive(Debug)]
 struct BackgroundSlot {
-    busy: AtomicBool,
+    /// On a line of its own: idle harts try it on every spin.
+    busy: crossbeam_utils::CachePadded<AtomicBool>,
     task: UnsafeCell<Box<dyn BackgroundTask>>,
+}
+
+/// Clears a slot's `busy` when dropped, also when its task panics (the engine's panic
+/// handling may go on using the graph; a slot left busy would stall `run_all` forever).
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 // SAFETY: a slot's task is only touched by the hart that set `busy` (acquire) until it clears
@@ -207,7 +218,7 @@ impl Background {
             tasks: tasks
                 .into_iter()
                 .map(|t| BackgroundSlot {
-                    busy: AtomicBool::new(false),
+                    busy: crossbeam_utils::CachePadded::new(AtomicBool::new(false)),
                     task: UnsafeCell::new(t),
                 })
                 .collect(),
@@ -250,9 +261,10 @@ impl Background {
                 held = true;
                 continue;
             }
-            // SAFETY: this hart set `busy`: the task is its own until it clears it.
+            let release = Release(&slot.busy);
+            // SAFETY: this hart set `busy`: the task is its own until `release` clears it.
             let ran = unsafe { (*slot.task.get()).run_piece() };
-            slot.busy.store(false, Ordering::Release);
+            drop(release);
             if ran {
                 return PieceRun::Ran;
             }

@@ -76,9 +76,10 @@ pub enum LongLevels {
     /// Approach 1 on the engine's own harts: each step due a period later, run in pieces in
     /// the time the harts have between blocks ([`crate::graph::Background`]), set aside at the
     /// next piece boundary when a block arrives. No threads or priorities of its own, so it
-    /// runs on a cell's harts. `Drop` in real time, `Wait` for exact output (a host that runs
-    /// every piece between blocks, as `render` does, never waits).
-    Background(tess_conv::WhenLate),
+    /// runs on a cell's harts. A step not done when due is late (counted, its level silent for
+    /// a period): never waited for, since a hart inside a block runs no pieces. Offline,
+    /// `render` runs every piece between blocks, so nothing is late and the output is exact.
+    Background,
 }
 
 /// All named state of one patch.

@@ -248,18 +248,6 @@ impl RtArgs {
         Ok(())
     }
 
-    /// `device` waits for each packet on its calling thread, so background work there needs a
-    /// second hart.
-    fn check_for_device(&self, exec: &ExecArgs) -> anyhow::Result<()> {
-        self.check_for(exec)?;
-        if self.conv == ConvMode::Background && exec.harts == Harts::Threads(1) {
-            anyhow::bail!(
-                "--conv background: the device's thread waits for each packet, so the long                  levels need a second hart to run on between blocks (--harts 2, or --harts cell                  in a cell of 2 harts or more)"
-            );
-        }
-        Ok(())
-    }
-
     /// Starts the convolution workers if asked, then makes the calling thread and `exec`'s
     /// harts real time; returns the engine options.
     fn apply(&self, exec: &mut Executor) -> anyhow::Result<tess_pd::engine::EngineOptions> {
@@ -267,7 +255,7 @@ impl RtArgs {
         let long_levels = match (self.conv, self.rt_priority) {
             (ConvMode::Sync, _) => LongLevels::Synchronous,
             (ConvMode::TimeDistributed, _) => LongLevels::TimeDistributed,
-            (ConvMode::Background, _) => LongLevels::Background(tess_conv::WhenLate::Drop),
+            (ConvMode::Background, _) => LongLevels::Background,
             (ConvMode::Preemptive, None) => anyhow::bail!(
                 "--conv preemptive needs --rt-priority: the workers run below the engine's \
                  SCHED_FIFO priority, so that every block preempts them"
@@ -435,7 +423,7 @@ fn main() -> anyhow::Result<()> {
             let mut control = control.bind()?;
             seconds.map(check_seconds).transpose()?;
             tess_sched::rt::install_signal_handlers()?;
-            rt.check_for_device(&exec)?;
+            rt.check_for(&exec)?;
             let r = exec.run(move |exec| {
                 let options = rt.apply(exec)?;
                 let mut engine =

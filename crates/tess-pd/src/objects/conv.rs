@@ -81,7 +81,7 @@ impl PdObject for TessConv {
             LongLevels::Preemptive(w) => (Mode::Preemptive(w.pool.clone()), w.when_late),
             // The graph runs every share before the object: never late, never waited for.
             LongLevels::TimeDistributed => (Mode::Scheduled, WhenLate::Drop),
-            LongLevels::Background(w) => (Mode::Background, *w),
+            LongLevels::Background => (Mode::Background, WhenLate::Drop),
             LongLevels::Synchronous => (Mode::Synchronous, WhenLate::Wait),
         };
         // Time-distributed levels must fit their largest indivisible piece (an FFT) into one
@@ -138,7 +138,7 @@ impl PdObject for TessConv {
         let Some(c) = &mut self.conv else {
             return Vec::new();
         };
-        if !matches!(self.long_levels, LongLevels::Background(_)) {
+        if !matches!(self.long_levels, LongLevels::Background) {
             return Vec::new();
         }
         let rate = self.sample_rate;
