@@ -70,6 +70,9 @@ pub struct JackOptions {
     /// MIDI and OSC control input, polled at the start of every period (two non-blocking
     /// `recv` calls, a few microseconds, when on).
     pub control: crate::play::ControlIn,
+    /// Where `tess~conv` runs its long levels. JACK's process thread runs only blocks, so in
+    /// the background they run on the executor's other harts alone.
+    pub long_levels: crate::shared::LongLevels,
 }
 
 /// What a JACK run measured.
@@ -103,6 +106,8 @@ pub struct JackReport {
     /// The harts the graph was split for, in order ([`Executor::splits`]; none for the
     /// serial strategy).
     pub splits: Vec<usize>,
+    /// `tess~conv` long steps that missed their deadline.
+    pub conv_late: u64,
 }
 
 /// The real-time side: the engine, its executor and the ports, owned by JACK's process thread.
@@ -192,11 +197,14 @@ pub fn play(
     if block == 0 || !buffer.is_multiple_of(block) {
         return Err(JackError::Block { buffer, block });
     }
-    let mut engine = Engine::open(
+    let mut engine = Engine::open_with(
         patch,
         Config {
             sample_rate: rate as f32,
             block,
+        },
+        &crate::engine::EngineOptions {
+            long_levels: opts.long_levels.clone(),
         },
     )?;
     let jerr = |what: String| move |source| JackError::Jack { what, source };
@@ -296,5 +304,6 @@ pub fn play(
         midi_events: process.midi_events,
         osc: process.control.osc_report(),
         splits: process.exec.splits().to_vec(),
+        conv_late: process.engine.conv_late(),
     })
 }

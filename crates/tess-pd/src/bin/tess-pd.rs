@@ -128,6 +128,13 @@ enum Cmd {
         /// may be given more than once.
         #[arg(long = "connect-midi", value_name = "PORT")]
         connect_midi: Vec<String>,
+        /// Where tess~conv runs its long levels: `sync`, `time-distributed` (sub-tasks of the
+        /// engine's scheduler spread over each level's period) or `background` (due a period
+        /// later, run in pieces by the executor's other harts between blocks: needs --harts 2
+        /// or more, or a cell; JACK's process thread runs only blocks). `preemptive` is not
+        /// offered: JACK sets the process thread's priority, and the workers need theirs below.
+        #[arg(long, value_enum, default_value = "sync")]
+        conv: ConvMode,
         #[command(flatten)]
         control: ControlArgs,
         #[command(flatten)]
@@ -480,11 +487,25 @@ fn main() -> anyhow::Result<()> {
             connect_out,
             connect_in,
             connect_midi,
+            conv,
             control,
             exec,
             json,
         } => {
             seconds.map(check_seconds).transpose()?;
+            let long_levels = match conv {
+                ConvMode::Sync => tess_pd::shared::LongLevels::Synchronous,
+                ConvMode::TimeDistributed => tess_pd::shared::LongLevels::TimeDistributed,
+                ConvMode::Background if exec.harts == Harts::Threads(1) => anyhow::bail!(
+                    "jack --conv background: JACK's process thread runs only blocks, so the long \
+                     levels need other harts to run on (--harts 2 or more, or --harts cell)"
+                ),
+                ConvMode::Background => tess_pd::shared::LongLevels::Background,
+                ConvMode::Preemptive => anyhow::bail!(
+                    "jack --conv preemptive: JACK sets its process thread's priority, and the \
+                     workers need theirs below it; use --conv time-distributed or background"
+                ),
+            };
             tess_sched::rt::install_signal_handlers()?;
             let opts = tess_pd::jack_io::JackOptions {
                 client_name,
@@ -493,6 +514,7 @@ fn main() -> anyhow::Result<()> {
                 connect_inputs: connect_in,
                 connect_midi,
                 control: control.bind()?,
+                long_levels,
             };
             let r = exec.run(move |exec| {
                 // JACK's process callback takes the executor over.
@@ -518,6 +540,7 @@ fn main() -> anyhow::Result<()> {
                     "process callback, us: p50 {:.1}  p99 {:.1}  max {:.1} (deadline {:.0})",
                     r.callback_p50_us, r.callback_p99_us, r.callback_max_us, r.period_us
                 );
+                print_conv_late(r.conv_late);
                 print_osc(&r.osc);
             }
         }
