@@ -131,8 +131,8 @@ enum Cmd {
         /// Where tess~conv runs its long levels: `sync`, `time-distributed` (sub-tasks of the
         /// engine's scheduler spread over each level's period) or `background` (due a period
         /// later, run in pieces by the executor's other harts between blocks: needs --harts 2
-        /// or more, or a cell; JACK's process thread runs only blocks). `preemptive` is not
-        /// offered: JACK sets the process thread's priority, and the workers need theirs below.
+        /// or more, or a cell; JACK's process thread runs only blocks). `preemptive` is refused:
+        /// JACK sets the process thread's priority, and the workers need theirs below it.
         #[arg(long, value_enum, default_value = "sync")]
         conv: ConvMode,
         #[command(flatten)]
