@@ -215,6 +215,11 @@ impl Convolver {
         &self.plan
     }
 
+    /// How the long levels run.
+    pub fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
     /// Steps whose result was not ready in time, so far.
     pub fn late(&self) -> u64 {
         self.late
@@ -297,8 +302,8 @@ fn long_level_callback(
                 }
                 // Owned by this thread throughout; done when its last sub-task has run.
                 Mode::TimeDistributed => lv.cell.posted.store(step, Ordering::Relaxed),
-                // Handed to the level's task, which owns the job until it stores `done`.
-                // Handed to the host's background pieces the same way.
+                // Handed to the level's task (its shares or its background pieces), which
+                // owns the job until it stores `done`.
                 Mode::Scheduled | Mode::Background => lv.cell.posted.store(step, Ordering::Release),
                 Mode::Preemptive(pool) => {
                     lv.cell.posted.store(step, Ordering::Release);
@@ -326,7 +331,7 @@ fn collect(lv: &mut LongLevel, period: u64, mode: &Mode, when_late: WhenLate) ->
         lv.next.fill(0.0);
         return 0;
     }
-    if mode_is_preemptive(mode) && when_late == WhenLate::Wait {
+    if steps_run_elsewhere(mode) && when_late == WhenLate::Wait {
         while !lv.cell.is_idle() {
             // Sleep, not yield: a worker below this thread's SCHED_FIFO priority on the same
             // hart never runs while this thread only yields.
@@ -349,8 +354,8 @@ fn collect(lv: &mut LongLevel, period: u64, mode: &Mode, when_late: WhenLate) ->
     0
 }
 
-/// Whether a step runs elsewhere, due a period after it was posted (not in the callbacks).
-fn mode_is_preemptive(mode: &Mode) -> bool {
+/// Whether a step runs outside the callbacks, due a period after it was posted.
+fn steps_run_elsewhere(mode: &Mode) -> bool {
     matches!(mode, Mode::Preemptive(_) | Mode::Background)
 }
 

@@ -3,9 +3,10 @@
 //!
 //! - [`Plan`] cuts the response into levels of rising partition sizes (Gardner's layout, sizes
 //!   chosen by Wefers's search under a measured [`CostModel`]).
-//! - [`Convolver`] runs level 0 in the audio callback and the long levels in one of four
+//! - [`Convolver`] runs level 0 in the audio callback and the long levels in one of five
 //!   [`Mode`]s: synchronously (offline), time-distributed over the callbacks of their period
-//!   (in the callback, or as [`LevelTask`]s a host's scheduler runs in parallel), or
+//!   (in the callback, or as [`LevelTask`]s a host's scheduler runs in parallel), in the
+//!   background (pieces a host runs in its idle time, each step due a period later), or
 //!   preemptively on a [`Pool`] of lower-priority workers on the same hart.
 //!
 //! ```

@@ -1,7 +1,7 @@
 //! Every mode computes the same convolution as the textbook sum, sample for sample (to float
 //! rounding), for several plans, including responses that end mid-partition.
 
-use tess_conv::{ConvError, Convolver, Mode, Plan, Pool, PoolOptions, WhenLate};
+use tess_conv::{ConvError, Convolver, LevelTask, Mode, Plan, Pool, PoolOptions, WhenLate};
 
 /// A deterministic pseudo-random signal in [-1, 1).
 fn noise(n: usize, seed: u64) -> Vec<f32> {
@@ -33,6 +33,23 @@ fn run(c: &mut Convolver, x: &[f32]) -> Vec<f32> {
     let b = c.plan().block;
     let mut y = vec![0.0; x.len()];
     for (xi, yi) in x.chunks_exact(b).zip(y.chunks_exact_mut(b)) {
+        c.process(xi, yi);
+    }
+    y
+}
+
+/// Runs `c` over `x` block by block with its level tasks, as a host's scheduler would:
+/// `before(t, tasks)` runs after callback `t - 1`'s `process` and before callback `t`'s.
+fn run_with_tasks(
+    c: &mut Convolver,
+    x: &[f32],
+    mut before: impl FnMut(usize, &mut [LevelTask]),
+) -> Vec<f32> {
+    let b = c.plan().block;
+    let mut tasks = c.take_level_tasks();
+    let mut y = vec![0.0; x.len()];
+    for (t, (xi, yi)) in x.chunks_exact(b).zip(y.chunks_exact_mut(b)).enumerate() {
+        before(t, &mut tasks);
         c.process(xi, yi);
     }
     y
@@ -83,16 +100,13 @@ fn scheduled_level_tasks_on_another_thread_match_the_direct_sum() {
         let want = direct(&x, &h);
         let plan = Plan::with_sizes(block, len, sizes).unwrap();
         let mut c = Convolver::new(&h, &plan, Mode::Scheduled, WhenLate::Drop).unwrap();
-        let mut tasks = c.take_level_tasks();
-        assert_eq!(tasks.len(), sizes.len(), "one task per long level");
-        assert!(c.take_level_tasks().is_empty(), "handed out once");
-        let mut y = vec![0.0; x.len()];
-        for (xi, yi) in x.chunks_exact(block).zip(y.chunks_exact_mut(block)) {
+        let y = run_with_tasks(&mut c, &x, |_, tasks| {
+            assert_eq!(tasks.len(), sizes.len(), "one task per long level");
             std::thread::scope(|s| {
                 s.spawn(|| tasks.iter_mut().for_each(|t| t.run()));
             });
-            c.process(xi, yi);
-        }
+        });
+        assert!(c.take_level_tasks().is_empty(), "handed out once");
         assert_close(&y, &want, &format!("scheduled {plan}"));
         assert_eq!(c.late(), 0);
         let mut td = Convolver::new(&h, &plan, Mode::TimeDistributed, WhenLate::Drop).unwrap();
@@ -146,17 +160,14 @@ fn background_pieces_between_callbacks_are_never_late() {
     let want = direct(&x, &h);
     let plan = Plan::with_sizes(block, len, sizes).unwrap();
     let mut c = Convolver::new(&h, &plan, Mode::Background, WhenLate::Drop).unwrap();
-    let mut tasks = c.take_level_tasks();
-    let mut y = vec![0.0; x.len()];
     let mut pieces = 0;
-    for (xi, yi) in x.chunks_exact(block).zip(y.chunks_exact_mut(block)) {
-        c.process(xi, yi);
+    let y = run_with_tasks(&mut c, &x, |_, tasks| {
         for t in tasks.iter_mut() {
             while t.run_piece() {
                 pieces += 1;
             }
         }
-    }
+    });
     assert_close(&y, &want, "background between callbacks");
     assert_eq!(c.late(), 0);
     assert!(pieces > 0);
@@ -172,18 +183,11 @@ fn a_skipped_level_task_is_late_and_the_level_recovers() {
     let want = direct(&x, &h);
     let plan = Plan::with_sizes(block, len, sizes).unwrap();
     let mut c = Convolver::new(&h, &plan, Mode::Scheduled, WhenLate::Drop).unwrap();
-    let mut tasks = c.take_level_tasks();
-    let mut y = vec![0.0; x.len()];
-    for (t, (xi, yi)) in x
-        .chunks_exact(block)
-        .zip(y.chunks_exact_mut(block))
-        .enumerate()
-    {
+    let y = run_with_tasks(&mut c, &x, |t, tasks| {
         if !(100..140).contains(&t) {
             tasks.iter_mut().for_each(|t| t.run());
         }
-        c.process(xi, yi);
-    }
+    });
     assert!(c.late() > 0, "skipped shares make late steps");
     // Well after the gap every level is exact again.
     let tail = 400 * block;
@@ -203,18 +207,11 @@ fn one_skipped_share_at_any_slot_makes_its_step_late() {
     let slots = 256 / block;
     for skip in 96..96 + slots {
         let mut c = Convolver::new(&h, &plan, Mode::Scheduled, WhenLate::Drop).unwrap();
-        let mut tasks = c.take_level_tasks();
-        let mut y = vec![0.0; x.len()];
-        for (t, (xi, yi)) in x
-            .chunks_exact(block)
-            .zip(y.chunks_exact_mut(block))
-            .enumerate()
-        {
+        let y = run_with_tasks(&mut c, &x, |t, tasks| {
             if t != skip {
                 tasks.iter_mut().for_each(|t| t.run());
             }
-            c.process(xi, yi);
-        }
+        });
         assert!(c.late() >= 1, "skipping callback {skip}: no late step");
         let tail = 300 * block;
         assert_close(&y[tail..], &want[tail..], &format!("after skipping {skip}"));

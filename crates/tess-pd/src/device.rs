@@ -141,8 +141,8 @@ impl std::fmt::Debug for Link {
 const RECV_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// How long before the next packet is due the device's thread stops starting background
-/// pieces: a little more than the longest piece (one FFT of 2 x 16,384 points, about 60 us
-/// here).
+/// pieces: a little more than the longest piece (one FFT of 2 x 16,384 points: 86 us by
+/// the cost model `tess bench convolution` measured here).
 const BACKGROUND_GUARD_NS: u64 = 150_000;
 
 impl Link {

@@ -335,15 +335,9 @@ impl DspGraph {
             slots.push((id, None));
         }
         let mut node_of = vec![None; program.objects.len()];
-        let mut part_edges = Vec::new();
         for (k, (id, part)) in slots.iter().enumerate() {
             if part.is_none() {
                 node_of[*id] = Some(k);
-            }
-        }
-        for (k, (id, part)) in slots.iter().enumerate() {
-            if part.is_some() {
-                part_edges.push((k, node_of[*id].expect("the owner follows its parts")));
             }
         }
         let mut nodes: Vec<Node> = slots
@@ -363,7 +357,9 @@ impl DspGraph {
                             .collect(),
                     ),
                 };
-                let part_of = part.as_ref().map(|_| node_of[id].expect("owner"));
+                let part_of = part
+                    .as_ref()
+                    .map(|_| node_of[id].expect("the owner follows its parts"));
                 let obj = part.unwrap_or_else(|| std::mem::replace(&mut e.obj, placeholder()));
                 // A part never reports to control (its clock would go to its object).
                 let reports = part_of.is_none() && obj.reports_after_block();
@@ -400,7 +396,13 @@ impl DspGraph {
             nodes[dn].sources[di].push((sn, so));
             edges.push((sn, dn));
         }
-        edges.extend(part_edges);
+        // each part before the object it belongs to
+        edges.extend(
+            nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(k, n)| n.part_of.map(|owner| (k, owner))),
+        );
         // Pd's order among users of the same named state
         let mut last_user: std::collections::HashMap<&str, usize> = Default::default();
         for &id in order {

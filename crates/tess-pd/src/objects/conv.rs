@@ -35,12 +35,9 @@ pub struct TessConv {
     ir_len: usize,
     /// The engine's count of late steps.
     late: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
-    /// The long levels were handed to the graph as parts (time-distributed).
-    parts_taken: bool,
-    /// The long levels were handed to the engine's background work.
-    in_background: bool,
-    /// How the engine runs long levels (from the last DSP start).
-    long_levels: LongLevels,
+    /// The long levels were handed out (to the graph as parts, or to its background work):
+    /// the object's own node runs level 0 only.
+    levels_handed_out: bool,
     /// The engine's sample rate (from the last DSP start).
     sample_rate: f32,
 }
@@ -69,9 +66,7 @@ impl PdObject for TessConv {
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.conv = None;
         self.ir_len = 0;
-        self.parts_taken = false;
-        self.in_background = false;
-        self.long_levels = env.shared.long_levels.clone();
+        self.levels_handed_out = false;
         self.sample_rate = env.sample_rate;
         let Some(array) = env.shared.array(&self.name) else {
             return;
@@ -92,7 +87,8 @@ impl PdObject for TessConv {
             _ => Objective::MeanLoad,
         };
         // In the background a piece delays the next block by up to one FFT of the largest
-        // level: keep that FFT short (about 60 us for 16,384 here).
+        // level: keep that FFT short (2 x 16,384 points: 86 us by the cost
+        // model `tess bench convolution` measured here).
         let max_partition = match mode {
             Mode::Background => MAX_BACKGROUND_PARTITION,
             _ => MAX_PARTITION,
@@ -128,19 +124,20 @@ impl PdObject for TessConv {
         // about a nanosecond per 256 response samples per block, plus level 0 (see the
         // library's cost example); with parts, they carry the long levels
         match &self.conv {
-            Some(c) if self.parts_taken || self.in_background => {
+            Some(c) if self.levels_handed_out => {
                 CostModel::default().level_ns(&c.plan().levels[0]) as u32 + 200
             }
             _ => 500 + (self.ir_len / 256) as u32,
         }
     }
     fn background_tasks(&mut self) -> Vec<Box<dyn BackgroundTask>> {
-        let Some(c) = &mut self.conv else {
+        let Some(c) = self
+            .conv
+            .as_mut()
+            .filter(|c| matches!(c.mode(), Mode::Background))
+        else {
             return Vec::new();
         };
-        if !matches!(self.long_levels, LongLevels::Background) {
-            return Vec::new();
-        }
         let rate = self.sample_rate;
         let tasks: Vec<Box<dyn BackgroundTask>> = c
             .take_level_tasks()
@@ -154,11 +151,15 @@ impl PdObject for TessConv {
                 }) as Box<dyn BackgroundTask>
             })
             .collect();
-        self.in_background = !tasks.is_empty();
+        self.levels_handed_out = !tasks.is_empty();
         tasks
     }
     fn parallel_parts(&mut self) -> Vec<Box<dyn PdObject>> {
-        let Some(c) = &mut self.conv else {
+        let Some(c) = self
+            .conv
+            .as_mut()
+            .filter(|c| matches!(c.mode(), Mode::Scheduled))
+        else {
             return Vec::new();
         };
         let parts: Vec<Box<dyn PdObject>> = c
@@ -166,7 +167,7 @@ impl PdObject for TessConv {
             .into_iter()
             .map(|task| Box::new(LevelPart::new(task)) as Box<dyn PdObject>)
             .collect();
-        self.parts_taken = !parts.is_empty();
+        self.levels_handed_out = !parts.is_empty();
         parts
     }
 }
@@ -230,9 +231,7 @@ pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
             conv: None,
             ir_len: 0,
             late: None,
-            parts_taken: false,
-            in_background: false,
-            long_levels: LongLevels::Synchronous,
+            levels_handed_out: false,
             sample_rate: 44_100.0,
         }) as Box<dyn PdObject>
     })
