@@ -51,8 +51,18 @@
 //! [cells."video/s3.net"] # limits of cell video's flow labelled s3
 //! floor = 0.2
 //! ```
+//!
+//! A cell whose units of work need its own flow as well as its CPU (it fetches, then
+//! computes) is marked `network = true`: its CPU heartbeat then measures both, and PACORA fits
+//! one model over its harts and its flow's Mbit/s and allocates them together (the flow's
+//! limits from `[cells."CELL.net"]`; the flow needs no heartbeat of its own).
+//!
+//! ```toml
+//! [cells.fetch]
+//! network = true
+//! ```
 
-use crate::pacora::policy::{DecideOn, PacoraConfig};
+use crate::pacora::policy::{DecideOn, PacoraConfig, Pool};
 use crate::pota::PotaConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -83,6 +93,11 @@ pub struct CellLimits {
     /// A flow's share when its heartbeat registers (`[cells."CELL.net"]`, Mbit/s; default:
     /// its floor).
     pub initial: Option<f64>,
+    /// PACORA with `[network]`: the cell's CPU heartbeat measures units of work that need its
+    /// own flow too (`[cells.CELL]`; default false). Its CPU share and its flow's Mbit/s are
+    /// then modelled and allocated together, the flow's limits taken from
+    /// `[cells."CELL.net"]`.
+    pub network: Option<bool>,
 }
 
 /// Which policy allocates the brokered cells.
@@ -247,6 +262,14 @@ impl Config {
                     anyhow::bail!("cell {name}: initial {i} must be a number >= 0");
                 }
             }
+            if l.network == Some(true) && c.network.is_none() {
+                anyhow::bail!(
+                    "cell {name}: network = true needs a [network] section (and policy = \"pacora\")"
+                );
+            }
+            if l.network.is_some() && name.ends_with(crate::service::NET_SUFFIX) {
+                anyhow::bail!("cell {name}: network = true belongs in the cell's own section");
+            }
             if let (Some(f), Some(ce)) = (l.floor, l.ceiling) {
                 if f > ce {
                     anyhow::bail!("cell {name}: floor {f} is above the ceiling {ce}");
@@ -262,13 +285,27 @@ impl Config {
         Ok(c)
     }
 
-    /// PACORA's settings for the network pool: the link's capacity in Mbit/s.
-    pub fn network_pacora(&self) -> Option<PacoraConfig> {
-        self.network.as_ref().map(|n| PacoraConfig {
+    /// PACORA's pools: the harts ([`crate::service::CPU_POOL`]) and, with `[network]`, the
+    /// link in Mbit/s ([`crate::service::NET_POOL`]).
+    pub fn pools(&self) -> Vec<Pool> {
+        let cpu = Pool {
+            capacity: self.pacora.capacity,
+            margin: self.pacora.margin,
+        };
+        let net = self.network.as_ref().map(|n| Pool {
             capacity: Some(n.capacity),
             margin: n.margin.unwrap_or(self.pacora.margin),
-            ..self.pacora.clone()
-        })
+        });
+        std::iter::once(cpu).chain(net).collect()
+    }
+
+    /// Whether cell `cell`'s CPU heartbeat measures units that need its flow too (`network =
+    /// true`).
+    pub fn joint(&self, cell: &str) -> bool {
+        self.cells
+            .get(cell)
+            .and_then(|l| l.network)
+            .unwrap_or(false)
     }
 
     /// The share flow `flow` (`CELL`, or `CELL/LABEL` for a labelled flow) starts with, Mbit/s.
@@ -400,7 +437,22 @@ mod tests {
         assert_eq!(c.flow_limits("video/s4"), (0.5, 20.0));
         assert_eq!(c.flow_slope("video/s4"), 10.0);
         assert_eq!(c.flow_limits("hog/s4"), (0.05, 20.0));
-        assert_eq!(c.network_pacora().unwrap().capacity, Some(20.0));
+        assert_eq!(c.pools()[1].capacity, Some(20.0));
+        assert!(!c.joint("video"));
+        let j = Config::parse(
+            "policy = \"pacora\"\n[network]\ncapacity = 20\n[cells.fetch]\nnetwork = true\n",
+        )
+        .unwrap();
+        assert!(j.joint("fetch") && !j.joint("other"));
+        let e = Config::parse("policy = \"pacora\"\n[cells.fetch]\nnetwork = true\n").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("needs a [network] section"),
+            "{e:#}"
+        );
+        assert!(Config::parse(
+            "policy = \"pacora\"\n[network]\ncapacity = 20\n[cells.\"fetch.net\"]\nnetwork = true\n"
+        )
+        .is_err());
         assert!(Config::parse("policy = \"pacora\"\n[network]\ncapacity = 0\n").is_err());
         assert!(Config::parse("policy = \"pacora\"\n[network]\nservice = \"x\"\n").is_err());
         assert!(Config::parse("[network]\ncapacity = 10\n").is_err());

@@ -38,6 +38,10 @@ use tess_proto::{Body, CellInfo, Client, Request};
 pub const MAX_HEARTBEATS: usize = 64;
 /// A heartbeat whose name ends so measures its cell's network flow, not its CPU.
 pub const NET_SUFFIX: &str = ".net";
+/// PACORA's pool of harts.
+pub const CPU_POOL: usize = 0;
+/// PACORA's pool of the network service's link, Mbit/s (with `[network]`).
+pub const NET_POOL: usize = 1;
 
 /// What a heartbeat's allocation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,6 +331,26 @@ struct Brokered {
     published: Option<tess_stats::Publisher>,
 }
 
+impl Brokered {
+    /// Its name in the PACORA policy: the cell for a CPU heartbeat, `FLOW.net` for a flow's
+    /// (a cell and its own flow would otherwise share a name).
+    fn entry(&self) -> String {
+        match self.resource {
+            Resource::Cpu => self.cell.clone(),
+            Resource::Net => format!("{}{NET_SUFFIX}", self.key),
+        }
+    }
+
+    /// The Mbit/s its flow holds: a flow heartbeat's share, or the flow a CPU heartbeat's
+    /// units need (`network = true`).
+    fn flow_share(&self) -> f64 {
+        match self.resource {
+            Resource::Net => self.status.share,
+            Resource::Cpu => self.status.flow_share.unwrap_or(0.0),
+        }
+    }
+}
+
 /// A decision period counts as on target at 95% of the target rate or more (as `tess bench
 /// pota` counts windows).
 pub const ON_TARGET: f64 = 0.95;
@@ -337,10 +361,11 @@ pub struct Broker<C: Cells> {
     cells: C,
     brokered: Vec<Brokered>,
     refused: VecDeque<String>,
-    /// The PACORA policy's samples and models (policy `pacora`).
+    /// The PACORA policy's samples and models (policy `pacora`): the harts and, with
+    /// `[network]`, the link, in one policy.
     pacora: Pacora,
-    /// PACORA over the network flows (`[network]`), and how their shares are applied.
-    network: Option<(Pacora, Box<dyn Flows + Send>)>,
+    /// How flows' shares are applied (`[network]`).
+    flows: Option<Box<dyn Flows + Send>>,
 }
 
 impl<C: Cells + std::fmt::Debug> std::fmt::Debug for Broker<C> {
@@ -349,7 +374,7 @@ impl<C: Cells + std::fmt::Debug> std::fmt::Debug for Broker<C> {
             .field("config", &self.config)
             .field("cells", &self.cells)
             .field("brokered", &self.brokered)
-            .field("network", &self.network.as_ref().map(|(p, _)| p))
+            .field("pacora", &self.pacora)
             .finish()
     }
 }
@@ -364,14 +389,13 @@ fn unix_ms() -> u64 {
 impl<C: Cells> Broker<C> {
     /// A broker with no heartbeats yet.
     pub fn new(config: Config, cells: C) -> Broker<C> {
-        let network = config.network.as_ref().map(|n| {
-            let flows: Box<dyn Flows + Send> = Box::new(NetService::named(&n.service));
-            let pool = config.network_pacora().expect("a network section");
-            (Pacora::new(pool), flows)
-        });
+        let flows = config
+            .network
+            .as_ref()
+            .map(|n| Box::new(NetService::named(&n.service)) as Box<dyn Flows + Send>);
         Broker {
-            pacora: Pacora::new(config.pacora.clone()),
-            network,
+            pacora: Pacora::with_pools(config.pacora.clone(), config.pools()),
+            flows,
             config,
             cells,
             brokered: Vec::new(),
@@ -382,7 +406,7 @@ impl<C: Cells> Broker<C> {
     /// Sets flows through `flows` instead of the configured network service (tests, or a
     /// service reached another way). Needs a `[network]` section.
     pub fn with_flows(mut self, flows: Box<dyn Flows + Send>) -> Broker<C> {
-        if let Some((_, f)) = self.network.as_mut() {
+        if let Some(f) = self.flows.as_mut() {
             *f = flows;
         }
         self
@@ -413,7 +437,7 @@ impl<C: Cells> Broker<C> {
             Err(e) => return self.refuse(&inc.conn, format!("cannot ask tessd: {e:#}")),
         };
         let resource = Resource::of_heartbeat(&inc.hello.name);
-        if resource == Resource::Net && self.network.is_none() {
+        if resource == Resource::Net && self.flows.is_none() {
             let why = format!(
                 "heartbeat '{}' measures a network flow, but the broker allocates no network ([network] with policy = \"pacora\")",
                 inc.hello.name
@@ -433,6 +457,13 @@ impl<C: Cells> Broker<C> {
             .iter()
             .filter(|b| b.cell == cell && b.resource == Resource::Net)
             .count();
+        if resource == Resource::Net && self.config.joint(&key) {
+            let why = format!(
+                "flow '{key}' is allocated with cell {cell}'s CPU (network = true): heartbeat '{}' is not needed",
+                inc.hello.name
+            );
+            return self.refuse(&inc.conn, why);
+        }
         if resource == Resource::Net && flows_of_cell >= MAX_FLOWS_PER_CELL {
             let why = format!(
                 "cell '{cell}' has {MAX_FLOWS_PER_CELL} flow heartbeats already (heartbeat '{}')",
@@ -469,6 +500,7 @@ impl<C: Cells> Broker<C> {
         }
         Incoming::accept(&inc.conn);
         let _ = inc.conn.set_nonblocking(true);
+        let joint = resource == Resource::Cpu && self.config.joint(&cell);
         let prefix = match resource {
             Resource::Cpu => "hb-",
             Resource::Net => "hb-net-",
@@ -482,8 +514,8 @@ impl<C: Cells> Broker<C> {
                 cell: cell.clone(),
                 heartbeat: reader.name().to_string(),
                 pid: inc.pid,
-                resource: resource.name().into(),
-                flow: (resource == Resource::Net).then(|| key.clone()),
+                resource: if joint { "cpu+net" } else { resource.name() }.into(),
+                flow: (resource == Resource::Net || joint).then(|| key.clone()),
                 ..Default::default()
             },
             resource,
@@ -497,46 +529,67 @@ impl<C: Cells> Broker<C> {
             decisions: VecDeque::new(),
             published,
         });
-        if resource == Resource::Net {
+        if resource == Resource::Net || joint {
             // The flow's first period is measured at a share the broker set.
             let i = self.brokered.len() - 1;
             let flow = &self.brokered[i].key;
             let (floor, ceiling) = self.config.flow_limits(flow);
             // Never more than the other flows leave of the pool.
-            let others: f64 = self
-                .brokered
-                .iter()
-                .filter(|b| b.resource == Resource::Net)
-                .map(|b| b.status.share)
-                .sum();
+            let others = self.flows_held_except(i);
             let capacity = self.config.network.as_ref().map_or(0.0, |n| n.capacity);
             let initial = self
                 .config
                 .flow_initial(flow)
                 .min((capacity - others).max(0.0));
-            self.brokered[i].status.floor = floor;
-            self.brokered[i].status.ceiling = ceiling;
-            self.set_flow(i, 0.0, initial, "initial", String::new());
+            if resource == Resource::Net {
+                self.brokered[i].status.floor = floor;
+                self.brokered[i].status.ceiling = ceiling;
+            }
+            let outcome = self.set_flow(i, initial);
+            let b = &mut self.brokered[i];
+            let (from, to) = match resource {
+                Resource::Net => (0.0, b.status.share),
+                Resource::Cpu => (b.status.share, b.status.share),
+            };
+            match outcome {
+                Ok(()) if joint => {
+                    let note = format!("flow {initial:.3} Mbit/s");
+                    record(b, 0.0, from, to, "initial", note)
+                }
+                Ok(()) => record(b, 0.0, from, to, "initial", String::new()),
+                Err(why) => record(b, 0.0, from, to, "refused", format!("initial {why}")),
+            }
         }
     }
 
-    /// Gives heartbeat `i`'s flow `to` Mbit/s; a refusal leaves the share in force.
-    fn set_flow(&mut self, i: usize, rate: f64, to: f64, reason: &str, note: String) {
-        let Some((pacora, flows)) = self.network.as_mut() else {
-            return;
+    /// The Mbit/s every flow but heartbeat `i`'s holds now (flows of their own, and the flows
+    /// of cells whose CPU heartbeats need them).
+    fn flows_held_except(&self, i: usize) -> f64 {
+        self.brokered
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, b)| b.flow_share())
+            .sum()
+    }
+
+    /// Gives heartbeat `i`'s flow `to` Mbit/s; a refusal leaves the share in force and says
+    /// why.
+    fn set_flow(&mut self, i: usize, to: f64) -> Result<(), String> {
+        let Some(flows) = self.flows.as_mut() else {
+            return Err("the broker allocates no network".into());
         };
         let b = &mut self.brokered[i];
-        let from = b.status.share;
         match flows.set(&b.key, to) {
             Ok(()) => {
-                b.status.share = to;
-                pacora.applied(&b.key, to);
-                record(b, rate, from, to, reason, note);
+                match b.resource {
+                    Resource::Net => b.status.share = to,
+                    Resource::Cpu => b.status.flow_share = Some(to),
+                }
+                self.pacora.applied(&b.entry(), NET_POOL, to);
+                Ok(())
             }
-            Err(e) => {
-                let why = format!("{reason} to {to:.3} Mbit/s: {e:#}");
-                record(b, rate, from, from, "refused", why);
-            }
+            Err(e) => Err(format!("flow to {to:.3} Mbit/s: {e:#}")),
         }
     }
 
@@ -548,14 +601,14 @@ impl<C: Cells> Broker<C> {
             use std::io::Read;
             let mut buf = [0u8; 16];
             let alive = !matches!((&b.conn).read(&mut buf), Ok(0));
-            if !alive && b.resource == Resource::Net {
+            if !alive && (b.resource == Resource::Net || b.status.flow_share.is_some()) {
                 gone_flows.push(b.key.clone());
             }
             alive
         });
         // A flow whose heartbeat is gone gives its reservation back to the service, so that
         // what the pool counts as free is free there too.
-        if let Some((_, flows)) = self.network.as_mut() {
+        if let Some(flows) = self.flows.as_mut() {
             for flow in gone_flows {
                 if let Err(e) = flows.clear(&flow) {
                     self.refused
@@ -683,23 +736,41 @@ impl<C: Cells> Broker<C> {
         })
     }
 
-    /// Applies `to` to cell `i` (one tessd transaction); a refusal leaves the share in force.
+    /// Applies `to` to cell `i` (one tessd transaction) and records the decision; a refusal
+    /// leaves the share in force.
     fn apply(&mut self, i: usize, t: &Target, rate: f64, to: f64, reason: &str, note: String) {
+        match self.apply_share(i, t, to) {
+            Ok(()) => record(&mut self.brokered[i], rate, t.current, to, reason, note),
+            Err(e) => {
+                let why = format!("{reason} to {to:.3}: {e}");
+                record(
+                    &mut self.brokered[i],
+                    rate,
+                    t.current,
+                    t.current,
+                    "refused",
+                    why,
+                );
+            }
+        }
+    }
+
+    /// Gives cell `i` `to` harts (one tessd transaction); a refusal (admission, or tessd
+    /// failing) leaves the last good allocation in force, and the controller continues from it.
+    fn apply_share(&mut self, i: usize, t: &Target, to: f64) -> Result<(), String> {
         let harts = t.info.harts.len();
         let update = share::update_for(&t.info.policy, harts, to).expect("brokered policy");
         let b = &mut self.brokered[i];
         match self.cells.update(&b.cell, update) {
             Ok(()) => {
                 b.status.share = to;
-                record(b, rate, t.current, to, reason, note);
+                Ok(())
             }
             Err(e) => {
-                // Admission refused (or tessd failed): the last good allocation stays.
                 if let Some(p) = b.pota.as_mut() {
                     p.force_share(t.current);
                 }
-                let why = format!("{reason} to {to:.3}: {e:#}");
-                record(b, rate, t.current, t.current, "refused", why);
+                Err(format!("{e:#}"))
             }
         }
     }
@@ -730,29 +801,18 @@ impl<C: Cells> Broker<C> {
         self.apply(i, &t, rate, d.share, &reason, note);
     }
 
-    /// One PACORA round over every brokered cell (policy `pacora`): all are measured, the
-    /// allocation is decided for all together (one pool per resource), and changes are applied
-    /// lowerings first, so that tessd's admission (or the network service's) sees what is given
-    /// back before what is taken.
+    /// One PACORA round over every brokered heartbeat (policy `pacora`): all are measured, the
+    /// allocation is decided for all together (one problem over the harts and the link), and
+    /// changes are applied lowerings first, so that tessd's admission (or the network
+    /// service's) sees what is given back before what is taken.
     fn decide_all(&mut self, now: u64) {
-        let present = |r: Resource| -> Vec<String> {
-            self.brokered
-                .iter()
-                .filter(|b| b.resource == r)
-                .map(|b| b.key.clone())
-                .collect()
-        };
-        let (cpu_names, net_names) = (present(Resource::Cpu), present(Resource::Net));
+        let present: Vec<String> = self.brokered.iter().map(Brokered::entry).collect();
         self.pacora
-            .retain(&cpu_names.iter().map(String::as_str).collect::<Vec<_>>());
-        if let Some((p, _)) = self.network.as_mut() {
-            p.retain(&net_names.iter().map(String::as_str).collect::<Vec<_>>());
-        }
+            .retain(&present.iter().map(String::as_str).collect::<Vec<_>>());
         let period = self.config.period.as_nanos() as u64;
         let mut views = Vec::new();
-        let mut targets = Vec::new();
-        let mut net_views = Vec::new();
-        let mut net_cells = Vec::new();
+        // Per view: its heartbeat and, for a CPU share, the cell as tessd has it.
+        let mut of: Vec<(usize, Option<Target>)> = Vec::new();
         for i in 0..self.brokered.len() {
             // A cell registered moments ago would give a rate over a sliver of a period: it
             // waits for the next round.
@@ -762,74 +822,92 @@ impl<C: Cells> Broker<C> {
             let (rate, value) = self.measure(i, now);
             if self.brokered[i].resource == Resource::Net {
                 if let Some(v) = self.flow_view(i, rate, value) {
-                    net_views.push(v);
-                    net_cells.push(i);
+                    views.push(v);
+                    of.push((i, None));
                 }
                 continue;
             }
-            if let Ok(t) = self.brokerable(i, rate) {
-                views.push(CellView {
-                    cell: self.brokered[i].cell.clone(),
-                    share: t.current,
-                    rate,
-                    target_rate: t.target,
-                    floor: t.cfg.floor,
-                    ceiling: t.cfg.ceiling,
-                    slope: self.config.slope(&self.brokered[i].cell),
-                    known: self.plausible(i, value, rate, t.info.harts.len() as f64, 1e-9),
-                });
-                targets.push((i, t, rate));
+            let Ok(t) = self.brokerable(i, rate) else {
+                continue;
+            };
+            let b = &self.brokered[i];
+            let mut v = CellView::single(
+                &b.entry(),
+                CPU_POOL,
+                t.current,
+                rate,
+                t.target,
+                t.cfg.floor,
+                t.cfg.ceiling,
+                self.config.slope(&b.cell),
+            );
+            match b.status.flow_share {
+                // Its units need its flow too: one model over both (fitted from the rates
+                // measured at the two shares; a CPU demand alone would not say it).
+                Some(mbps) => {
+                    let (floor, ceiling) = self.config.flow_limits(&b.key);
+                    v.uses.push(NET_POOL);
+                    v.share.push(mbps);
+                    v.floor.push(floor);
+                    v.ceiling.push(ceiling);
+                    let b = &mut self.brokered[i];
+                    b.status.measured_tau_ms = (rate > 0.0).then(|| 1e3 / rate);
+                }
+                None => {
+                    v.known = self.plausible(i, value, rate, t.info.harts.len() as f64, 1e-9);
+                }
             }
+            views.push(v);
+            of.push((i, Some(t)));
         }
         let allocations = self.pacora.decide(&views);
         let events = self.pacora.last_events().to_vec();
-        for k in lowerings_first(&views, &allocations) {
-            let (i, t, rate) = &targets[k];
-            let a = &allocations[k];
-            let b = &mut self.brokered[*i];
-            b.status.response_model = a.model.clone();
-            let note = decision_note(a, &events);
-            if (a.share - t.current).abs() < self.config.min_step {
-                record(b, *rate, t.current, t.current, a.reason, note);
-            } else {
-                self.apply(*i, t, *rate, a.share, a.reason, note);
-                let b = &self.brokered[*i];
-                self.pacora.applied(&b.cell, b.status.share);
+        let mut refusals: Vec<Vec<String>> = vec![Vec::new(); views.len()];
+        for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
+            let ((i, t), v) = (&of[k], &views[k]);
+            let to = allocations[k].share[j];
+            let applied = match v.uses[j] {
+                CPU_POOL => {
+                    let t = t.as_ref().expect("a CPU share has its cell");
+                    if (to - t.current).abs() < self.config.min_step {
+                        continue;
+                    }
+                    let r = self.apply_share(*i, t, to);
+                    self.pacora
+                        .applied(&v.cell, CPU_POOL, self.brokered[*i].status.share);
+                    r
+                }
+                _ => {
+                    // What the other flows hold now (a lowering held back by the hysteresis,
+                    // or refused, still holds its share): a raise takes no more than is free.
+                    let others = self.flows_held_except(*i);
+                    let capacity = self.pacora.capacity(NET_POOL);
+                    let to = to.min((capacity - others).max(v.share[j]));
+                    // Mbit/s: the hysteresis is relative to the link.
+                    if (to - v.share[j]).abs() < self.config.min_step * v.ceiling[j] {
+                        continue;
+                    }
+                    self.set_flow(*i, to)
+                }
+            };
+            if let Err(why) = applied {
+                refusals[k].push(why);
             }
         }
-        let Some((pacora, _)) = self.network.as_mut() else {
-            return;
-        };
-        let allocations = pacora.decide(&net_views);
-        let capacity = pacora.capacity();
-        let events = pacora.last_events().to_vec();
-        for k in lowerings_first(&net_views, &allocations) {
-            let (i, v, a) = (net_cells[k], &net_views[k], &allocations[k]);
-            self.brokered[i].status.response_model = a.model.clone();
-            let note = decision_note(a, &events);
-            // What the other flows hold now (a lowering held back by the hysteresis, or
-            // refused, still holds its share): a raise takes no more than is free.
-            let others: f64 = self
-                .brokered
-                .iter()
-                .enumerate()
-                .filter(|(j, b)| *j != i && b.resource == Resource::Net)
-                .map(|(_, b)| b.status.share)
-                .sum();
-            let to = a.share.min((capacity - others).max(v.share));
-            // Mbit/s: the hysteresis is relative to the link.
-            let step = self.config.min_step * v.ceiling;
-            if (to - v.share).abs() < step {
-                record(
-                    &mut self.brokered[i],
-                    v.rate,
-                    v.share,
-                    v.share,
-                    a.reason,
-                    note,
-                );
+        for (k, (v, a)) in views.iter().zip(&allocations).enumerate() {
+            let b = &mut self.brokered[of[k].0];
+            b.status.response_model = a.model.clone();
+            let mut note = decision_note(a, &events);
+            if v.uses.len() > 1 {
+                let flow = format!("flow {:.3} -> {:.3} Mbit/s", v.share[1], b.flow_share());
+                note = [flow, note].join("; ");
+            }
+            let (from, to) = (v.share[0], b.status.share);
+            if refusals[k].is_empty() {
+                record(b, v.rate, from, to, a.reason, note);
             } else {
-                self.set_flow(i, v.rate, to, a.reason, note);
+                let why = format!("{} to {:?}: {}", a.reason, a.share, refusals[k].join("; "));
+                record(b, v.rate, from, to, "refused", why);
             }
         }
     }
@@ -877,16 +955,18 @@ impl<C: Cells> Broker<C> {
             .filter(|_| share > 0.0)
             .map(|m| m.eval(&[share]));
         b.status.measured_tau_ms = tau.map(|t| t * 1e3);
-        Some(CellView {
-            cell: b.key.clone(),
+        let mut v = CellView::single(
+            &b.entry(),
+            NET_POOL,
             share,
             rate,
-            target_rate: target,
+            target,
             floor,
             ceiling,
             slope,
-            known,
-        })
+        );
+        v.known = known;
+        Some(v)
     }
 
     /// The status to report.
@@ -948,16 +1028,27 @@ fn demand_model(w: f64) -> crate::pacora::ResponseModel {
     }
 }
 
-/// The order to apply a round's allocations in: the largest lowering first, the largest
-/// raise last.
-fn lowerings_first(views: &[CellView], allocations: &[Allocation]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..allocations.len()).collect();
-    order.sort_by(|&x, &y| {
-        let dx = allocations[x].share - views[x].share;
-        let dy = allocations[y].share - views[y].share;
-        dx.total_cmp(&dy)
-    });
-    order
+/// The order to apply a round's changes in, as (view, index into its pools): the largest
+/// lowering first, the largest raise last, each relative to its pool's `capacity`.
+fn lowerings_first(
+    views: &[CellView],
+    allocations: &[Allocation],
+    capacity: impl Fn(usize) -> f64,
+) -> Vec<(usize, usize)> {
+    let mut order: Vec<(usize, usize, f64)> = views
+        .iter()
+        .zip(allocations)
+        .enumerate()
+        .flat_map(|(k, (v, a))| {
+            let capacity = &capacity;
+            (0..v.uses.len()).map(move |j| {
+                let change = (a.share[j] - v.share[j]) / capacity(v.uses[j]).max(1e-9);
+                (k, j, change)
+            })
+        })
+        .collect();
+    order.sort_by(|x, y| x.2.total_cmp(&y.2));
+    order.into_iter().map(|(k, j, _)| (k, j)).collect()
 }
 
 /// The decision's note: what the model predicts at the allocation, and the events the round

@@ -44,10 +44,11 @@ pub struct CellStatus {
     pub heartbeat: String,
     /// The process that registered it.
     pub pid: i32,
-    /// What its share is of: `cpu` (harts) or `net` (a flow of the cell, Mbit/s).
+    /// What its share is of: `cpu` (harts), `net` (a flow of the cell, Mbit/s) or `cpu+net`
+    /// (harts in `share` and the cell's own flow in `flow_share`, modelled together).
     #[serde(default = "cpu")]
     pub resource: String,
-    /// The flow, for `net`: `CELL`, or `CELL/LABEL` for a labelled flow.
+    /// The flow, for `net`: `CELL`, or `CELL/LABEL` for a labelled flow; `CELL` for `cpu+net`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<String>,
     /// Demand per unit its beats carried over the last period, if they carry values: CPU time
@@ -63,8 +64,12 @@ pub struct CellStatus {
     pub target_rate: Option<f64>,
     /// Rate over the last decision period.
     pub measured_rate: f64,
-    /// Share in force (harts).
+    /// Share in force (harts; Mbit/s for `net`).
     pub share: f64,
+    /// For `cpu+net` (a cell whose units need its flow too, `network = true`): the Mbit/s its
+    /// flow holds, allocated with `share`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_share: Option<f64>,
     /// Floor and ceiling (harts).
     pub floor: f64,
     /// Ceiling (harts).
@@ -73,7 +78,9 @@ pub struct CellStatus {
     pub model_a: f64,
     /// See `model_a`.
     pub model_b: f64,
-    /// PACORA's fitted response time per unit, `tau0 + w / share` seconds (policy `pacora`).
+    /// PACORA's fitted response time per unit, seconds (policy `pacora`): `tau0 + w / share`,
+    /// or for `cpu+net` `tau0 + w_cc / a_c + w_cn / sqrt(a_c a_n) + w_nn / a_n` with `a_c` the
+    /// harts and `a_n` the flow's Mbit/s (weights in that order).
     #[serde(default)]
     pub response_model: Option<crate::pacora::ResponseModel>,
     /// Beats counted in total.

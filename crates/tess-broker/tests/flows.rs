@@ -186,3 +186,50 @@ fn each_labelled_flow_is_brokered_on_its_own() {
     assert!(rec.last("video/s2").flatten().is_some());
     drop(s2);
 }
+
+#[test]
+fn a_cell_whose_units_need_its_flow_holds_both_and_its_flow_needs_no_heartbeat() {
+    // `network = true`: cell video's CPU heartbeat is an entry of both pools. Its flow starts
+    // at the configured share when the heartbeat registers, a heartbeat of its own for that
+    // flow is refused, and the flow is cleared when the CPU heartbeat goes.
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("broker.sock");
+    let l = Listener::bind(&sock).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let config = Config::parse(
+        "policy = \"pacora\"\nperiod = \"200ms\"\n[network]\ncapacity = 10\n\
+         [cells.video]\nnetwork = true\n[cells.\"video.net\"]\ninitial = 3\n",
+    )
+    .unwrap();
+    let rec = Recorder::default();
+    let mut b = Broker::new(config, OneCell).with_flows(Box::new(rec.clone()));
+    let target = Some(Target::Rate(10.0));
+    let cpu = Heartbeat::register_at("v", target, &sock).unwrap();
+    accept_one(&l, &mut b);
+    assert_eq!(rec.last("video"), Some(Some(3.0)));
+    let own = Heartbeat::register_at("v.net", target, &sock).unwrap();
+    accept_one(&l, &mut b);
+    drop(own);
+    let st = b.status();
+    assert_eq!(st.cells.len(), 1, "{:?}", st.refused);
+    let c = &st.cells[0];
+    assert_eq!(
+        (c.resource.as_str(), c.flow.as_deref(), c.flow_share),
+        ("cpu+net", Some("video"), Some(3.0))
+    );
+    assert!(
+        st.refused.iter().any(|r| r.contains("network = true")),
+        "{:?}",
+        st.refused
+    );
+    drop(cpu);
+    let t0 = Instant::now();
+    while rec.last("video") != Some(None) {
+        b.reap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the flow was not cleared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -15,7 +15,7 @@ pub enum BrokerCmd {
 /// `tess broker status`.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Reasons: raise/lower (below/above target), hold (change under the hysteresis step),\nat-ceiling/at-floor (clamped), learning (first period), pinned, no-target, not-brokered\n(dedicated or best-effort), refused (tessd's admission said no: the last good allocation\nstays), tessd-unreachable, bad-measurement. See docs/broker.md."
+    after_help = "Reasons: raise/lower (below/above target), hold (change under the hysteresis step),\nat-ceiling/at-floor (clamped), learning (first period), pinned, no-target, not-brokered\n(dedicated or best-effort), refused (tessd's admission said no: the last good allocation\nstays), tessd-unreachable, bad-measurement.\nPACORA: learning, meets-target (the least-reserving shares that meet the target), trade-off\n(the pools cannot meet every target: the least total penalty), no-event (nothing changed: held),\nno-rate (no beats), initial (a flow's first share), solver-failed. A cell marked network = true\nshows its harts and its flow's Mbit/s together (cpu+net). See docs/broker.md."
 )]
 pub struct StatusArgs {
     /// Print the status as JSON.
@@ -73,20 +73,32 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                     })
                     .unwrap_or_default();
                 t.row(&[
-                    // A flow heartbeat's share is of a flow: `CELL.net` or `CELL/LABEL.net`.
-                    match &c.flow {
-                        Some(f) => format!("{f}.net"),
-                        None => c.cell.clone(),
+                    // A flow heartbeat's share is of a flow: `CELL.net` or `CELL/LABEL.net`; a
+                    // cell whose units need its flow too holds both (`cpu+net`).
+                    match (&c.flow, c.flow_share) {
+                        (Some(f), None) => format!("{f}.net"),
+                        (Some(f), Some(_)) => format!("{} + {f}.net", c.cell),
+                        (None, _) => c.cell.clone(),
                     },
                     c.heartbeat.clone(),
                     c.target_rate
                         .map(|r| format!("{r:.2}"))
                         .unwrap_or("-".into()),
                     format!("{:.2}", c.measured_rate),
-                    format!("{:.3}", c.share),
+                    match c.flow_share {
+                        Some(mbps) => format!("{:.3} + {mbps:.2} Mbit/s", c.share),
+                        None => format!("{:.3}", c.share),
+                    },
                     format!("{:.3}", c.floor),
                     format!("{:.3}", c.ceiling),
                     match &c.response_model {
+                        Some(m) if m.resources == 2 => format!(
+                            "tau = {:.2} + {:.2}/harts + {:.2}/sqrt(harts Mbit/s) + {:.2}/Mbit/s ms",
+                            m.tau0 * 1e3,
+                            m.w[0] * 1e3,
+                            m.w[1] * 1e3,
+                            m.w[2] * 1e3
+                        ),
                         Some(m) => format!(
                             "tau = {:.2} + {:.2}/share ms",
                             m.tau0 * 1e3,

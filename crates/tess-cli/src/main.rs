@@ -4,6 +4,7 @@ mod bench;
 mod broker;
 mod cmd;
 mod net;
+mod net_fetch;
 mod output;
 
 use clap::{Parser, Subcommand};

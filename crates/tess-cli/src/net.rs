@@ -15,6 +15,10 @@ pub enum NetCmd {
     Set(SetArgs),
     /// Make a cell's flow best effort again (root).
     Clear(ClearArgs),
+    /// A workload that needs bandwidth and CPU for every unit: fetch a chunk through the
+    /// network service, hash it, beat a heartbeat (`--serve`: the matching server). For
+    /// trying the broker's joint CPU + network model (`network = true`, docs/broker.md).
+    Fetch(crate::net_fetch::FetchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +128,7 @@ pub fn run(c: NetCmd) -> anyhow::Result<i32> {
             net(&a.which).control()?.set(&k, spec)?;
             eprintln!("tess: {k}: {spec}");
         }
+        NetCmd::Fetch(a) => return crate::net_fetch::run(a),
         NetCmd::Clear(a) => {
             let mut c = net(&a.which).control()?;
             if a.all {

@@ -1,48 +1,70 @@
 //! PACORA as the broker's live policy (`policy = "pacora"` in the broker's configuration).
 //!
-//! Every decision round the broker hands this module what each brokered cell held during the
-//! last period (its CPU share, in harts) and the rate its heartbeat measured under it. The
-//! module turns each period into a sample of the cell's response time `tau = 1 / rate` (seconds
-//! per unit of work) at that share, fits the cell's response-time function (seed 004 section
-//! 5.3, one resource: `tau(a) = tau0 + w / a`) by non-negative least squares over its recent
-//! samples, and allocates the pool of harts the brokered cells share:
+//! The policy divides one or more *pools*, one per resource type: the harts the brokered
+//! cells share and, with a `[network]` section, the Mbit/s of the network service's link. An
+//! *entry* is what one heartbeat measures and what it is given: a cell's CPU share (it uses
+//! the harts), a flow's bandwidth (it uses the link), or, for a cell whose unit of work needs
+//! both (a cell marked `network = true`: it fetches over its flow what it then computes on),
+//! both at once.
 //!
-//! - **Every target can be met**: each cell gets the least share whose predicted response time
-//!   meets its target with `margin` to spare, `a_min = w / (d - tau0)` with `d = 1 / (target
-//!   (1 + margin))`. The penalties are all zero there, so this is an optimum of PACORA's
-//!   problem, and of all the optima it reserves the least.
-//! - **They cannot all be met**: the allocation that minimises the total penalty `sum_p max(0,
-//!   (tau_p - d_p) s_p)` under the pool's capacity, solved exactly by the interior-point method
-//!   ([`super::interior_point`]); a cell is never given more than its `a_min` (more would not
-//!   lower its penalty).
+//! Every decision round the broker hands this module what each entry held during the last
+//! period (its share of each pool it uses) and the rate its heartbeat measured under it. The
+//! module turns each period into a sample of the entry's response time `tau = 1 / rate`
+//! (seconds per unit of work) at those shares, fits the entry's response-time function (seed
+//! 004 section 5.3) by non-negative least squares over its recent samples:
 //!
-//! Shares are then clamped to each cell's floor and ceiling. A cell without a model yet
-//! (fewer than two samples at shares at least `explore / 2` apart) is *learning*: it moves to
-//! the share a one-point model `tau = w / a` through its last sample predicts, or by `explore`
-//! if that is too close to learn from. A period whose response time the model misses by more
-//! than [`PHASE_CHANGE`] starts a new phase: the older samples are dropped, the cell learns
-//! again. A cell whose heartbeat did not beat in the period (rate 0) keeps its share: no
-//! sample, nothing learned, nothing moved (`no-rate`). A cell whose view carries a `known`
-//! model (its beats carried each unit's demand: `tau = w / a` with `w` measured this period,
-//! the broker's `demand_model`) takes that model as is, with no samples or learning.
+//! ```text
+//!   one pool:   tau(a) = tau0 + w / a
+//!   two pools:  tau(a) = tau0 + w_cc / a_c + w_cn / sqrt(a_c a_n) + w_nn / a_n
+//! ```
 //!
-//! The pool: `capacity` harts if configured, otherwise what the cells held when they joined
+//! and allocates the pools:
+//!
+//! - **Every target can be met**: each entry gets the least-reserving allocation whose
+//!   predicted response time meets its target with `margin` to spare (`d = 1 / (target (1 +
+//!   margin))`). With one pool that is `a_min = w / (d - tau0)`. With two it is the point of
+//!   the level set `tau(a) = d` that reserves the smallest fraction of the pools, `a_c / C_c +
+//!   a_n / C_n` ([`least_point`]): the sub-level set is convex, so this is a one-dimensional
+//!   convex search along the level set. The penalties are all zero there, so this is an
+//!   optimum of PACORA's problem, and of all the optima it reserves the least.
+//! - **They cannot all be met**: the allocation that minimises the total penalty `sum_p
+//!   max(0, (tau_p - d_p) s_p)` under every pool's capacity, solved exactly by the
+//!   interior-point method ([`super::interior_point`]) as *one* problem across all pools: an
+//!   entry that needs both resources can be given more of the one that is plentiful so that
+//!   it takes less of the one others need ("selects the allocations for all resources and
+//!   resource types at once", seed 004 section 5.3). An entry whose solved allocation meets
+//!   its deadline with more than its least-reserving point in every pool gets that point.
+//!
+//! Shares are then clamped to each entry's floor and ceiling per pool. An entry without a
+//! model yet (fewer than `pools + 1` samples, or samples not spread by `explore / 2` in every
+//! pool it uses) is *learning*: it moves to the shares a one-point model `tau = w / a` through
+//! its last sample predicts, and moves at least `explore` in the pool its samples are least
+//! spread in, so that the next sample can be learned from. A period whose response time the
+//! model misses by more than [`PHASE_CHANGE`] starts a new phase: the older samples are
+//! dropped, the entry learns again. An entry whose heartbeat did not beat in the period (rate
+//! 0) keeps its shares: no sample, nothing learned, nothing moved (`no-rate`). An entry whose
+//! view carries a `known` model (its beats carried each unit's demand: `tau = w / a` with `w`
+//! measured this period, the broker's `demand_model`) takes that model as is, with no samples
+//! or learning.
+//!
+//! A pool's capacity: as configured, otherwise what the entries using it held when they joined
 //! (each brings its share in and takes its last share out when it leaves), so the policy
 //! redistributes reservations it was given and never asks tessd for more in total.
 //!
-//! **When it decides** (`decide`, [`DecideOn`]): every round observes every cell (a sample, a
-//! refit), but by default the allocation is solved again only on an *event*: the paper's broker
-//! "reallocates resources ... when a cell starts or finishes or when a cell significantly
-//! changes performance", trading adaptability for stability (seed 004 section 2.4). A cell
-//! joins or leaves; a cell's target, floor, ceiling or slope changes; a cell is learning (it
-//! moves every round until it has a model) or its model was dropped by a phase change; the
-//! least share that meets a cell's target moved by more than [`MODEL_DRIFT`] since the last
-//! solve; or a cell that the last solve sized to meet its target missed it. Between events
-//! every cell keeps the share in force (`no-event`), so a steady system makes no transactions
-//! and its allocations do not follow the noise of its measurements. `decide = "period"`
-//! solves every round.
+//! **When it decides** (`decide`, [`DecideOn`]): every round observes every entry (a sample,
+//! a refit), but by default the allocation is solved again only on an *event*: the paper's
+//! broker "reallocates resources ... when a cell starts or finishes or when a cell
+//! significantly changes performance", trading adaptability for stability (seed 004 section
+//! 2.4). An entry joins or leaves; its target, floor, ceiling or slope changes; it is learning
+//! (it moves every round until it has a model) or its model was dropped by a phase change; the
+//! least-reserving allocation that meets its target moved by more than [`MODEL_DRIFT`] in any
+//! pool since the last solve; or an entry that the last solve sized to meet its target missed
+//! it. Between events every entry keeps the shares in force (`no-event`), so a steady system
+//! makes no transactions and its allocations do not follow the noise of its measurements.
+//! `decide = "period"` solves every round.
 
 use super::interior_point::Workspace;
+use super::model::{pairs, weight_count};
 use super::{CellDemand, Problem, ResponseModel, Sample};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -50,12 +72,12 @@ use std::collections::{BTreeMap, VecDeque};
 /// phase.
 pub const PHASE_CHANGE: f64 = 0.3;
 
-/// A change of a cell's least share (the share its model says meets its target) by more than
-/// this fraction since the last solve is an event: half the default margin, so that a model
-/// that drifts is re-solved before the margin it was sized with is used up.
+/// A change of an entry's least share in a pool (the share its model says meets its target)
+/// by more than this fraction since the last solve is an event: half the default margin, so
+/// that a model that drifts is re-solved before the margin it was sized with is used up.
 pub const MODEL_DRIFT: f64 = 0.05;
 
-/// A cell the last solve sized to meet its target that measures less than this fraction of
+/// An entry the last solve sized to meet its target that measures less than this fraction of
 /// the target rate in a period is an event (the broker's own "on target" bound).
 pub const MISSED: f64 = 0.95;
 
@@ -135,30 +157,67 @@ impl PacoraConfig {
     }
 }
 
-/// A cell at a decision round: what it held and measured over the last period, and its limits.
+/// One resource the policy divides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// Its capacity; `None`: what the entries using it held when they joined.
+    pub capacity: Option<f64>,
+    /// Entries whose first pool this is are sized to meet `target (1 + margin)`.
+    pub margin: f64,
+}
+
+/// An entry at a decision round: what it held and measured over the last period, and its
+/// limits. Per-pool fields (`share`, `floor`, `ceiling`) follow the order of `uses`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellView {
-    /// The cell.
+    /// The entry's name (a cell, or a flow).
     pub cell: String,
-    /// Share in force during the period, harts.
-    pub share: f64,
+    /// The pools it uses, ascending (indices into [`Pacora::with_pools`]'s pools).
+    pub uses: Vec<usize>,
+    /// Share of each pool in force during the period (harts; Mbit/s).
+    pub share: Vec<f64>,
     /// Units of work per second its heartbeat measured in the period.
     pub rate: f64,
     /// Target rate, units per second.
     pub target_rate: f64,
-    /// Smallest and largest share, harts.
-    pub floor: f64,
-    /// Largest share, harts.
-    pub ceiling: f64,
+    /// Smallest share of each pool.
+    pub floor: Vec<f64>,
+    /// Largest share of each pool.
+    pub ceiling: Vec<f64>,
     /// Penalty per second of response time over the deadline (relative to other cells).
     pub slope: f64,
-    /// A response-time function the caller knows exactly (a flow's transmission time per
-    /// unit, `8 bytes / b`, from the unit sizes it measured this period): used as is, in place
-    /// of one fitted from the samples.
+    /// A response-time function (over `uses`) the caller knows exactly (a flow's transmission
+    /// time per unit, `8 bytes / b`, from the unit sizes it measured this period): used as
+    /// is, in place of one fitted from the samples.
     pub known: Option<ResponseModel>,
 }
 
 impl CellView {
+    /// An entry that uses one pool.
+    #[allow(clippy::too_many_arguments)]
+    pub fn single(
+        cell: &str,
+        pool: usize,
+        share: f64,
+        rate: f64,
+        target_rate: f64,
+        floor: f64,
+        ceiling: f64,
+        slope: f64,
+    ) -> CellView {
+        CellView {
+            cell: cell.into(),
+            uses: vec![pool],
+            share: vec![share],
+            rate,
+            target_rate,
+            floor: vec![floor],
+            ceiling: vec![ceiling],
+            slope,
+            known: None,
+        }
+    }
+
     /// The period's response time per unit, seconds: `1 / rate`.
     pub fn response_time(&self) -> f64 {
         1.0 / self.rate
@@ -168,17 +227,37 @@ impl CellView {
     fn deadline(&self, margin: f64) -> f64 {
         1.0 / (self.target_rate * (1.0 + margin))
     }
+
+    fn silent(&self) -> bool {
+        !(self.rate > 0.0 && self.rate.is_finite())
+    }
+
+    /// Whether the per-pool fields agree with `uses` and `uses` names pools of `pools`.
+    fn well_formed(&self, pools: usize) -> bool {
+        let n = self.uses.len();
+        n > 0
+            && self.share.len() == n
+            && self.floor.len() == n
+            && self.ceiling.len() == n
+            && self.uses.windows(2).all(|w| w[0] < w[1])
+            && self.uses.iter().all(|&p| p < pools)
+            && self
+                .known
+                .as_ref()
+                .is_none_or(|m| m.resources == n && m.w.len() == weight_count(n))
+    }
 }
 
-/// What the policy wants for one cell.
+/// What the policy wants for one entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
-    /// The cell.
+    /// The entry.
     pub cell: String,
-    /// The share it should hold, harts.
-    pub share: f64,
-    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `solver-failed`, or
-    /// `no-event` (nothing changed since the last solve: the share in force stays).
+    /// The shares it should hold, in the order of its view's `uses`.
+    pub share: Vec<f64>,
+    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `solver-failed`,
+    /// `bad-view` (its view's per-pool fields disagree: it keeps its shares) or `no-event`
+    /// (nothing changed since the last solve: the shares in force stay).
     pub reason: &'static str,
     /// The model's response time at `share` (seconds per unit), once there is a model.
     pub predicted_tau: Option<f64>,
@@ -188,28 +267,30 @@ pub struct Allocation {
 
 #[derive(Debug, Default)]
 struct CellState {
+    /// The pools it uses (a change is a new entry).
+    uses: Vec<usize>,
     samples: VecDeque<Sample>,
     model: Option<ResponseModel>,
-    /// Harts this cell brought into the pool when it joined.
-    brought: f64,
-    /// Its share at the last round (taken out of the pool when it leaves).
-    last_share: f64,
+    /// Shares it brought into the pools when it joined.
+    brought: Vec<f64>,
+    /// Its shares at the last round (taken out of the pools when it leaves).
+    last_share: Vec<f64>,
     /// What its allocation was last solved for (none: not solved with a model yet).
     solved_for: Option<Basis>,
 }
 
-/// What a cell's allocation was solved for; a change of any of it is an event.
+/// What an entry's allocation was solved for; a change of any of it is an event.
 #[derive(Debug, Clone, PartialEq)]
 struct Basis {
     target_rate: f64,
-    floor: f64,
-    ceiling: f64,
+    floor: Vec<f64>,
+    ceiling: Vec<f64>,
     slope: f64,
-    /// The least share that met the target under the model of that round, or the floor if
-    /// that is more (infinite: none met it). Below the floor a model may move freely: the
-    /// cell holds its floor either way.
-    least: f64,
-    /// Whether the solve sized the cell to meet its target (`meets-target`).
+    /// The least-reserving shares that met the target under the model of that round, each
+    /// raised to its floor (infinite: none met it). Below the floor a model may move freely:
+    /// the entry holds its floor either way.
+    least: Vec<f64>,
+    /// Whether the solve sized the entry to meet its target (`meets-target`).
     meets: bool,
 }
 
@@ -230,33 +311,60 @@ fn drifted(was: f64, now: f64) -> bool {
     }
 }
 
-/// The live policy: per cell its samples and model, and the pool.
-#[derive(Debug, Default)]
+/// The live policy: per entry its samples and model, and the pools.
+#[derive(Debug)]
 pub struct Pacora {
     config: PacoraConfig,
+    pools: Vec<Pool>,
     cells: BTreeMap<String, CellState>,
-    /// Harts given back by cells that left (with no configured capacity).
-    pool_adjust: f64,
+    /// Per pool, shares given back by entries that left (with no configured capacity).
+    pool_adjust: Vec<f64>,
     workspace: Workspace,
-    /// Cells that left since the last round.
-    departed: Vec<String>,
+    /// Entries that left since the last round, and the pools they used.
+    departed: Vec<(String, Vec<usize>)>,
     /// The events of the last round (empty: nothing changed).
     events: Vec<String>,
 }
 
+impl Default for Pacora {
+    fn default() -> Self {
+        Pacora::new(PacoraConfig::default())
+    }
+}
+
 impl Pacora {
-    /// A policy with no cells yet.
+    /// A policy with one pool (`config.capacity`, `config.margin`) and no entries yet.
     pub fn new(config: PacoraConfig) -> Pacora {
+        let pool = Pool {
+            capacity: config.capacity,
+            margin: config.margin,
+        };
+        Pacora::with_pools(config, vec![pool])
+    }
+
+    /// A policy over `pools` (`config`'s own capacity and margin are not used).
+    pub fn with_pools(config: PacoraConfig, pools: Vec<Pool>) -> Pacora {
         Pacora {
             config,
-            ..Default::default()
+            pool_adjust: vec![0.0; pools.len()],
+            pools,
+            cells: BTreeMap::new(),
+            workspace: Workspace::default(),
+            departed: Vec::new(),
+            events: Vec::new(),
         }
     }
 
-    /// The harts the brokered cells share now.
-    pub fn capacity(&self) -> f64 {
-        self.config.capacity.unwrap_or_else(|| {
-            self.cells.values().map(|c| c.brought).sum::<f64>() + self.pool_adjust
+    /// What pool `pool` holds now.
+    pub fn capacity(&self, pool: usize) -> f64 {
+        self.pools[pool].capacity.unwrap_or_else(|| {
+            self.cells
+                .values()
+                .flat_map(|c| c.uses.iter().zip(&c.brought))
+                .filter(|(&p, _)| p == pool)
+                .map(|(_, b)| b)
+                .sum::<f64>()
+                + self.pool_adjust[pool]
         })
     }
 
@@ -265,8 +373,9 @@ impl Pacora {
         self.cells.get(cell).and_then(|c| c.model.as_ref())
     }
 
-    /// Forgets cells that are no longer brokered; with no configured capacity, the pool keeps
-    /// what they brought minus what they held last (a cell that grew leaves the pool smaller).
+    /// Forgets entries that are no longer brokered; with no configured capacity, each pool
+    /// keeps what they brought minus what they held last (an entry that grew leaves the pool
+    /// smaller).
     pub fn retain(&mut self, present: &[&str]) {
         let gone: Vec<String> = self
             .cells
@@ -275,9 +384,16 @@ impl Pacora {
             .cloned()
             .collect();
         for c in gone {
-            if let Some(s) = self.cells.remove(&c) {
-                self.pool_adjust += s.brought - s.last_share;
-                self.departed.push(c);
+            let uses = self.cells[&c].uses.clone();
+            self.forget(&c);
+            self.departed.push((c, uses));
+        }
+    }
+
+    fn forget(&mut self, cell: &str) {
+        if let Some(s) = self.cells.remove(cell) {
+            for (k, &p) in s.uses.iter().enumerate() {
+                self.pool_adjust[p] += s.brought[k] - s.last_share[k];
             }
         }
     }
@@ -289,23 +405,50 @@ impl Pacora {
         &self.events
     }
 
-    /// The event cell `v` raises this round, if any (after its sample was observed).
+    /// The margin entry `v` is sized with: its first pool's.
+    fn margin(&self, v: &CellView) -> f64 {
+        self.pools[v.uses[0]].margin
+    }
+
+    /// The capacity of each pool `v` uses, in its order.
+    fn capacities_of(&self, v: &CellView) -> Vec<f64> {
+        v.uses.iter().map(|&p| self.capacity(p)).collect()
+    }
+
+    /// The least-reserving shares meeting `v`'s target under `m`, each raised to its floor;
+    /// infinite where none does.
+    fn least_raised(&self, m: &ResponseModel, v: &CellView) -> Vec<f64> {
+        match least_point(m, v, self.margin(v), &self.capacities_of(v)) {
+            Some(a) => a.iter().zip(&v.floor).map(|(a, f)| a.max(*f)).collect(),
+            None => vec![f64::INFINITY; v.uses.len()],
+        }
+    }
+
+    /// The event entry `v` raises this round, if any (after its sample was observed).
     fn event_of(&self, v: &CellView) -> Option<String> {
         let st = &self.cells[&v.cell];
-        if !(v.rate > 0.0 && v.rate.is_finite()) {
+        if v.silent() {
             // Silent: nothing measured, nothing to act on.
             return None;
         }
         let Some(m) = &st.model else {
             return Some(format!("{}: learning", v.cell));
         };
-        let least = least_share(m, v, self.config.margin).max(v.floor);
+        let least = self.least_raised(m, v);
+        let show = |l: &[f64]| {
+            l.iter()
+                .map(|x| format!("{x:.3}"))
+                .collect::<Vec<_>>()
+                .join("+")
+        };
         match &st.solved_for {
             None => Some(format!("{}: first model", v.cell)),
             Some(b) if b.limits_differ(v) => Some(format!("{}: target or limits changed", v.cell)),
-            Some(b) if drifted(b.least, least) => Some(format!(
-                "{}: least share {:.3} -> {:.3}",
-                v.cell, b.least, least
+            Some(b) if b.least.iter().zip(&least).any(|(w, n)| drifted(*w, *n)) => Some(format!(
+                "{}: least share {} -> {}",
+                v.cell,
+                show(&b.least),
+                show(&least)
             )),
             Some(b) if b.meets && v.rate < MISSED * v.target_rate => Some(format!(
                 "{}: missed its target ({:.2}/s of {:.2}/s)",
@@ -315,34 +458,74 @@ impl Pacora {
         }
     }
 
-    /// Records that `cell` now holds `share` (tessd applied a decision), so that the pool gets
-    /// back what it holds if it leaves.
-    pub fn applied(&mut self, cell: &str, share: f64) {
+    /// Records that `cell` now holds `share` of pool `pool` (tessd or the network service
+    /// applied a decision), so that the pool gets back what it holds if it leaves.
+    pub fn applied(&mut self, cell: &str, pool: usize, share: f64) {
         if let Some(c) = self.cells.get_mut(cell) {
-            c.last_share = share;
+            if let Some(k) = c.uses.iter().position(|&p| p == pool) {
+                c.last_share[k] = share;
+            }
         }
     }
 
-    /// One decision round over `views` (the cells decided now; cells brokered but not decided
-    /// this round keep their samples until [`Pacora::retain`] drops them). Returns one
-    /// allocation per view, in the same order.
-    pub fn decide(&mut self, views: &[CellView]) -> Vec<Allocation> {
-        let mut events: Vec<String> = std::mem::take(&mut self.departed)
-            .into_iter()
-            .map(|c| format!("{c} left"))
+    /// One decision round over `views` (the entries decided now; entries brokered but not
+    /// decided this round keep their samples until [`Pacora::retain`] drops them). Returns one
+    /// allocation per view, in the same order. A view whose per-pool fields disagree with its
+    /// `uses` is answered `bad-view` with its shares unchanged and takes no part.
+    pub fn decide(&mut self, all: &[CellView]) -> Vec<Allocation> {
+        let pools = self.pools.len();
+        let good: Vec<CellView> = all
+            .iter()
+            .filter(|v| v.well_formed(pools))
+            .cloned()
             .collect();
+        let mut decided = self.decide_well_formed(&good).into_iter();
+        all.iter()
+            .map(|v| {
+                if v.well_formed(pools) {
+                    decided.next().expect("one allocation per good view")
+                } else {
+                    Allocation {
+                        cell: v.cell.clone(),
+                        share: v.share.clone(),
+                        reason: "bad-view",
+                        predicted_tau: None,
+                        model: None,
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn decide_well_formed(&mut self, views: &[CellView]) -> Vec<Allocation> {
+        // Pools with an event this round: their entries are solved again.
+        let mut hot = vec![self.config.decide == DecideOn::Period; self.pools.len()];
+        let mut heat = |uses: &[usize]| uses.iter().for_each(|&p| hot[p] = true);
+        let mut events = Vec::new();
+        for (c, uses) in std::mem::take(&mut self.departed) {
+            heat(&uses);
+            events.push(format!("{c} left"));
+        }
         for v in views {
+            if let Some(c) = self.cells.get(&v.cell).filter(|c| c.uses != v.uses) {
+                // Its pools changed: it leaves and joins again.
+                heat(&c.uses.clone());
+                self.forget(&v.cell);
+            }
             if !self.cells.contains_key(&v.cell) {
+                heat(&v.uses);
                 events.push(format!("{} joined", v.cell));
             }
             let st = self
                 .cells
                 .entry(v.cell.clone())
                 .or_insert_with(|| CellState {
-                    brought: v.share,
+                    uses: v.uses.clone(),
+                    brought: v.share.clone(),
+                    last_share: v.share.clone(),
                     ..Default::default()
                 });
-            st.last_share = v.share;
+            st.last_share = v.share.clone();
             let had_model = st.model.is_some();
             match &v.known {
                 Some(m) => st.model = Some(m.clone()),
@@ -350,170 +533,220 @@ impl Pacora {
             }
             if had_model && st.model.is_none() {
                 st.solved_for = None;
+                heat(&v.uses);
                 events.push(format!("{}: phase change", v.cell));
             }
         }
         for v in views {
             if let Some(e) = self.event_of(v) {
+                heat(&v.uses);
                 if !events.contains(&e) {
                     events.push(e);
                 }
             }
         }
         self.events = events;
-        if self.config.decide == DecideOn::Events && self.events.is_empty() {
-            return views.iter().map(|v| self.hold(v)).collect();
+        // An event spreads through entries of several pools: the pools they join are solved
+        // together. Entries of pools without one keep their shares (`no-event`); with no entry
+        // of two pools, the harts and the link are solved apart, each on its own events.
+        loop {
+            let spread = views
+                .iter()
+                .find(|v| v.uses.iter().any(|&p| hot[p]) && v.uses.iter().any(|&p| !hot[p]));
+            match spread {
+                Some(v) => v.uses.iter().for_each(|&p| hot[p] = true),
+                None => break,
+            }
         }
-        let out = self.solve(views);
-        for (v, a) in views.iter().zip(&out) {
-            let margin = self.config.margin;
+        let (to_solve, to_hold): (Vec<usize>, Vec<usize>) =
+            (0..views.len()).partition(|&i| views[i].uses.iter().any(|&p| hot[p]));
+        let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
+        for &i in &to_hold {
+            out[i] = Some(self.hold(&views[i]));
+        }
+        let solving: Vec<CellView> = to_solve.iter().map(|&i| views[i].clone()).collect();
+        let solved = if solving.is_empty() {
+            Vec::new()
+        } else {
+            self.solve(&solving)
+        };
+        for (v, a) in solving.iter().zip(&solved) {
+            let least = self.cells[&v.cell]
+                .model
+                .as_ref()
+                .map(|m| self.least_raised(m, v));
             let st = self.cells.get_mut(&v.cell).expect("observed above");
-            st.solved_for = st.model.as_ref().map(|m| Basis {
+            st.solved_for = least.map(|least| Basis {
                 target_rate: v.target_rate,
-                floor: v.floor,
-                ceiling: v.ceiling,
+                floor: v.floor.clone(),
+                ceiling: v.ceiling.clone(),
                 slope: v.slope,
-                least: least_share(m, v, margin).max(v.floor),
+                least,
                 meets: a.reason == "meets-target",
             });
         }
-        out
+        for (i, a) in to_solve.into_iter().zip(solved) {
+            out[i] = Some(a);
+        }
+        out.into_iter()
+            .map(|a| a.expect("every view solved or held"))
+            .collect()
     }
 
-    /// Cell `v` keeps the share in force: nothing changed since the last solve.
+    /// Entry `v` keeps the shares in force: nothing changed since the last solve.
     fn hold(&self, v: &CellView) -> Allocation {
         let model = self.cells[&v.cell].model.clone();
         Allocation {
             cell: v.cell.clone(),
-            share: v.share,
+            share: v.share.clone(),
             reason: "no-event",
-            predicted_tau: model.as_ref().map(|m| m.eval(&[v.share])),
+            predicted_tau: model.as_ref().map(|m| m.eval(&v.share)),
             model,
         }
     }
 
-    /// Solves the allocation of every cell of `views` (the module docs' two cases).
+    /// Solves the allocation of every entry of `views` (the module docs' two cases).
     fn solve(&mut self, views: &[CellView]) -> Vec<Allocation> {
-        let capacity = self.capacity();
+        let pools = self.pools.len();
+        let capacity: Vec<f64> = (0..pools).map(|p| self.capacity(p)).collect();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
-        // Learning and silent cells first: what they take comes off the pool. A learning cell
-        // raises into what silent and learning cells do not hold and modelled cells hold above
-        // what meets their targets, or above their floors if no share does (those are
-        // re-allocated from what is left this round anyway; a learning cell starved by a pool
-        // the others hold must still be able to grow, but never at the expense of a target
-        // that is being met).
-        let silent = |v: &CellView| v.rate <= 0.0 || !v.rate.is_finite();
-        let margin = self.config.margin;
-        let held: f64 = views
-            .iter()
-            .map(|v| match &self.cells[&v.cell].model {
-                // A modelled cell is raised to its floor whatever it holds now.
-                Some(m) if !silent(v) => match least_share(m, v, margin) {
-                    a if a <= v.ceiling => a.max(v.floor).min(v.share.max(v.floor)),
-                    // No share within its ceiling meets its target (infinite, or beyond).
-                    _ => v.floor,
-                },
-                _ => v.share,
-            })
-            .sum();
-        let mut left = capacity;
-        let mut free = (capacity - held).max(0.0);
+        // Learning and silent entries first: what they take comes off the pools. A learning
+        // entry raises into what silent and learning entries do not hold and modelled ones
+        // hold above what meets their targets, or above their floors if nothing does (those
+        // are re-allocated from what is left this round anyway; a learning entry starved by a
+        // pool the others hold must still be able to grow, but never at the expense of a
+        // target that is being met).
+        let mut held = vec![0.0; pools];
+        for v in views {
+            let least = match &self.cells[&v.cell].model {
+                Some(m) if !v.silent() => {
+                    Some(least_point(m, v, self.margin(v), &self.capacities_of(v)))
+                }
+                _ => None,
+            };
+            for (k, &p) in v.uses.iter().enumerate() {
+                held[p] += match &least {
+                    // A modelled entry is raised to its floor whatever it holds now.
+                    Some(Some(a)) => a[k].max(v.floor[k]).min(v.share[k].max(v.floor[k])),
+                    // No shares within its ceilings meet its target.
+                    Some(None) => v.floor[k],
+                    None => v.share[k],
+                };
+            }
+        }
+        let mut left = capacity.clone();
+        let mut free: Vec<f64> = (0..pools)
+            .map(|p| (capacity[p] - held[p]).max(0.0))
+            .collect();
         let mut modelled = Vec::new();
         for (i, v) in views.iter().enumerate() {
             let st = &self.cells[&v.cell];
-            match &st.model {
-                _ if silent(v) => {
-                    left -= v.share;
-                    out[i] = Some(Allocation {
-                        cell: v.cell.clone(),
-                        share: v.share,
-                        reason: "no-rate",
-                        predicted_tau: st.model.as_ref().map(|m| m.eval(&[v.share])),
-                        model: st.model.clone(),
-                    });
-                }
+            let (share, reason) = match &st.model {
+                _ if v.silent() => (v.share.clone(), "no-rate"),
                 None => {
-                    let share = learning_step(v, &self.config, free);
-                    free = (free - (share - v.share).max(0.0)).max(0.0);
-                    left -= share;
-                    out[i] = Some(Allocation {
-                        cell: v.cell.clone(),
-                        share,
-                        reason: "learning",
-                        predicted_tau: None,
-                        model: None,
-                    });
+                    let share = learning_step(v, st, &self.config, self.margin(v), &free);
+                    for (k, &p) in v.uses.iter().enumerate() {
+                        free[p] = (free[p] - (share[k] - v.share[k]).max(0.0)).max(0.0);
+                    }
+                    (share, "learning")
                 }
-                Some(m) => modelled.push((i, m.clone())),
+                Some(m) => {
+                    modelled.push((i, m.clone()));
+                    continue;
+                }
+            };
+            for (k, &p) in v.uses.iter().enumerate() {
+                left[p] -= share[k];
+            }
+            out[i] = Some(Allocation {
+                cell: v.cell.clone(),
+                predicted_tau: st.model.as_ref().map(|m| m.eval(&share)),
+                share,
+                reason,
+                model: st.model.clone(),
+            });
+        }
+        // The least-reserving shares meeting each modelled entry's deadline (none: no shares
+        // within its ceilings do).
+        let a_min: Vec<Option<Vec<f64>>> = modelled
+            .iter()
+            .map(|(i, m)| {
+                let v = &views[*i];
+                least_point(m, v, self.margin(v), &self.capacities_of(v))
+            })
+            .collect();
+        // Every target is met only if each entry has such shares and, each raised to its
+        // floor, they fit every pool together.
+        let mut clamped = vec![0.0; pools];
+        for ((i, _), a) in modelled.iter().zip(&a_min) {
+            let v = &views[*i];
+            for (k, &p) in v.uses.iter().enumerate() {
+                clamped[p] += a
+                    .as_ref()
+                    .map_or(v.floor[k], |a| a[k].clamp(v.floor[k], v.ceiling[k]));
             }
         }
-        let deadline = |v: &CellView| v.deadline(self.config.margin);
-        // The least share meeting each modelled cell's deadline (infinite: none does).
-        let a_min: Vec<f64> = modelled
-            .iter()
-            .map(|(i, m)| least_share(m, &views[*i], margin))
-            .collect();
-        let clamped: f64 = modelled
-            .iter()
-            .zip(&a_min)
-            .map(|((i, _), a)| a.clamp(views[*i].floor, views[*i].ceiling))
-            .sum();
-        // Every target is met only if each least share is within its cell's ceiling (a cell
-        // clamped there misses its target, however much pool is left) and they fit together.
-        let all_fit = modelled
-            .iter()
-            .zip(&a_min)
-            .all(|((i, _), a)| a.is_finite() && *a <= views[*i].ceiling)
-            && clamped <= left.max(0.0) + 1e-9;
-        let solved = if all_fit || modelled.is_empty() {
-            Ok(a_min.clone())
+        let all_fit = a_min.iter().all(Option::is_some)
+            && (0..pools).all(|p| clamped[p] <= left[p].max(0.0) + 1e-9);
+        let solved: Result<Vec<Vec<f64>>, _> = if all_fit || modelled.is_empty() {
+            Ok(a_min.iter().flatten().cloned().collect())
         } else {
-            let problem = Problem {
-                cells: modelled
-                    .iter()
-                    .map(|(i, m)| CellDemand {
-                        model: m.clone(),
-                        deadline: deadline(&views[*i]),
-                        slope: views[*i].slope,
-                    })
-                    .collect(),
-                capacity: vec![left.max(1e-6)],
-            };
-            self.workspace
-                .solve(&problem)
-                .map(|s| s.alloc.iter().map(|a| a[0]).collect::<Vec<f64>>())
+            self.trade_off(views, &modelled, &left)
         };
-        let mut decided: Vec<(f64, &'static str)> = modelled
+        let mut decided: Vec<(Vec<f64>, &'static str)> = modelled
             .iter()
             .enumerate()
             .map(|(k, (i, _))| {
                 let v = &views[*i];
                 let (share, reason) = match &solved {
-                    Ok(alloc) if all_fit => (alloc[k], "meets-target"),
-                    Ok(alloc) => (alloc[k].min(a_min[k]), "trade-off"),
-                    Err(_) => (v.share, "solver-failed"),
+                    Ok(alloc) if all_fit => (alloc[k].clone(), "meets-target"),
+                    Ok(alloc) => {
+                        // More than the least-reserving shares in every pool (a deadline
+                        // met with room, as tau falls in every share): the least-reserving
+                        // shares, whose penalty is zero as well.
+                        let a = &alloc[k];
+                        let least = a_min[k]
+                            .as_ref()
+                            .filter(|l| l.iter().zip(a).all(|(l, a)| l <= a));
+                        (least.unwrap_or(a).clone(), "trade-off")
+                    }
+                    Err(_) => (v.share.clone(), "solver-failed"),
                 };
-                (share.clamp(v.floor, v.ceiling), reason)
+                let share = share
+                    .iter()
+                    .zip(v.floor.iter().zip(&v.ceiling))
+                    .map(|(s, (f, c))| s.clamp(*f, *c))
+                    .collect();
+                (share, reason)
             })
             .collect();
         if solved.is_ok() {
-            // The solver knows no floors: a cell it starved is raised to its floor, and the
-            // others give that back in proportion to what they hold above theirs.
-            let floors: Vec<f64> = modelled.iter().map(|(i, _)| views[*i].floor).collect();
-            let mut shares: Vec<f64> = decided.iter().map(|d| d.0).collect();
-            fit_to_pool(&mut shares, &floors, left.max(0.0));
-            for (d, s) in decided.iter_mut().zip(shares) {
-                d.0 = s;
+            // The solver knows no floors: an entry it starved is raised to its floor, and the
+            // others give that back in proportion to what they hold above theirs, pool by pool.
+            for (p, left) in left.iter().enumerate() {
+                let mut at = Vec::new();
+                let (mut shares, mut floors) = (Vec::new(), Vec::new());
+                for (k, (i, _)) in modelled.iter().enumerate() {
+                    let v = &views[*i];
+                    if let Some(j) = v.uses.iter().position(|&q| q == p) {
+                        at.push((k, j));
+                        shares.push(decided[k].0[j]);
+                        floors.push(v.floor[j]);
+                    }
+                }
+                fit_to_pool(&mut shares, &floors, left.max(0.0));
+                for ((k, j), s) in at.into_iter().zip(shares) {
+                    decided[k].0[j] = s;
+                }
             }
         }
-        for (k, (i, m)) in modelled.iter().enumerate() {
+        for ((i, m), (share, reason)) in modelled.iter().zip(decided) {
             let v = &views[*i];
-            let (share, reason) = decided[k];
             out[*i] = Some(Allocation {
                 cell: v.cell.clone(),
+                predicted_tau: Some(m.eval(&share)),
                 share,
                 reason,
-                predicted_tau: Some(m.eval(&[share])),
                 model: Some(m.clone()),
             });
         }
@@ -521,24 +754,214 @@ impl Pacora {
             .map(|a| a.expect("every view decided"))
             .collect()
     }
+
+    /// The allocation minimising the total penalty of the `modelled` entries under what is
+    /// `left` of each pool: one problem over every pool any of them uses, each entry's model
+    /// placed on its pools' columns (zero weight on the others).
+    fn trade_off(
+        &mut self,
+        views: &[CellView],
+        modelled: &[(usize, ResponseModel)],
+        left: &[f64],
+    ) -> Result<Vec<Vec<f64>>, super::SolveError> {
+        let mut columns: Vec<usize> = modelled
+            .iter()
+            .flat_map(|(i, _)| views[*i].uses.iter().copied())
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        let col = |p: usize| columns.iter().position(|&q| q == p).expect("a used pool");
+        let n = columns.len();
+        let cells = modelled
+            .iter()
+            .map(|(i, m)| {
+                let v = &views[*i];
+                let mut w = vec![0.0; weight_count(n)];
+                for ((a, b), wk) in pairs(v.uses.len()).zip(&m.w) {
+                    let (ga, gb) = (col(v.uses[a]), col(v.uses[b]));
+                    let (ga, gb) = (ga.min(gb), ga.max(gb));
+                    let at = pairs(n)
+                        .position(|pair| pair == (ga, gb))
+                        .expect("a pair of columns");
+                    w[at] += wk;
+                }
+                CellDemand {
+                    model: ResponseModel {
+                        tau0: m.tau0,
+                        w,
+                        resources: n,
+                    },
+                    deadline: v.deadline(self.margin(v)),
+                    slope: v.slope,
+                }
+            })
+            .collect();
+        let problem = Problem {
+            cells,
+            capacity: columns.iter().map(|&p| left[p].max(1e-6)).collect(),
+        };
+        let s = self.workspace.solve(&problem)?;
+        Ok(modelled
+            .iter()
+            .zip(&s.alloc)
+            .map(|((i, _), a)| views[*i].uses.iter().map(|&p| a[col(p)]).collect())
+            .collect())
+    }
 }
 
-/// The least share at which `m` meets `v`'s target with `margin` to spare: `w / (d - tau0)`;
-/// the floor if the cell needs none, infinite if no share does.
-fn least_share(m: &ResponseModel, v: &CellView, margin: f64) -> f64 {
+/// The least-reserving shares (in the order of `v.uses`) at which `m` meets `v`'s target
+/// with `margin` to spare, or `None` if no shares within `v`'s ceilings do.
+///
+/// One pool: `w / (d - tau0)` (below the floor if the model allows; the floor if the entry
+/// needs none of it). Two pools: the point of the level set `tau(a) = d`, within the floors
+/// and ceilings, that reserves the least of the pools, `a_0 / C_0 + a_1 / C_1` with `C` the
+/// pools' `capacity`: for each `a_0` the least `a_1` that meets `d` is a root of a quadratic
+/// in `1 / sqrt(a_1)` ([`least_second`]), convex and falling in `a_0` (the sub-level set is
+/// convex), so the reservation along it is convex and a golden-section search finds its
+/// minimum. More pools: the ceilings scaled down together until the deadline is just met (a
+/// point that meets it, not necessarily the least-reserving one; the broker makes entries of
+/// at most two pools).
+pub fn least_point(
+    m: &ResponseModel,
+    v: &CellView,
+    margin: f64,
+    capacity: &[f64],
+) -> Option<Vec<f64>> {
     let d = v.deadline(margin);
-    let w = m.w[0];
-    if w <= 0.0 {
-        if m.tau0 <= d {
-            v.floor
-        } else {
-            f64::INFINITY
+    match v.uses.len() {
+        1 => {
+            let w = m.w[0];
+            let a = if w <= 0.0 {
+                if m.tau0 <= d {
+                    v.floor[0]
+                } else {
+                    f64::INFINITY
+                }
+            } else if d > m.tau0 {
+                w / (d - m.tau0)
+            } else {
+                f64::INFINITY
+            };
+            (a.is_finite() && a <= v.ceiling[0]).then(|| vec![a])
         }
-    } else if d > m.tau0 {
-        w / (d - m.tau0)
-    } else {
-        f64::INFINITY
+        2 => {
+            let (lo0, hi0) = (v.floor[0], v.ceiling[0]);
+            let second = |a0: f64| least_second(m, d, a0, v.floor[1], v.ceiling[1]);
+            second(hi0)?;
+            // The smallest a_0 with a feasible a_1.
+            let mut lo = lo0;
+            if second(lo0).is_none() {
+                let (mut bad, mut good) = (lo0, hi0);
+                for _ in 0..100 {
+                    let mid = 0.5 * (bad + good);
+                    if second(mid).is_some() {
+                        good = mid;
+                    } else {
+                        bad = mid;
+                    }
+                    if good - bad <= 1e-12 * good.max(1e-12) {
+                        break;
+                    }
+                }
+                lo = good;
+            }
+            let cost = |a0: f64| {
+                second(a0).map_or(f64::INFINITY, |a1| {
+                    a0 / capacity[0].max(1e-12) + a1 / capacity[1].max(1e-12)
+                })
+            };
+            let a0 = golden_min(cost, lo, hi0);
+            Some(vec![a0, second(a0)?])
+        }
+        _ => {
+            let at = |t: f64| v.ceiling.iter().map(|c| c * t).collect::<Vec<f64>>();
+            if m.eval(&v.ceiling) > d {
+                return None;
+            }
+            let (mut bad, mut good) = (0.0, 1.0);
+            for _ in 0..100 {
+                let mid = 0.5 * (bad + good);
+                if m.eval(&at(mid)) <= d {
+                    good = mid;
+                } else {
+                    bad = mid;
+                }
+            }
+            Some(
+                at(good)
+                    .iter()
+                    .zip(&v.floor)
+                    .map(|(a, f)| a.max(*f))
+                    .collect(),
+            )
+        }
     }
+}
+
+/// The least `a_1` in `[floor, ceiling]` at which the two-pool model `m` meets `d` with `a_0`
+/// of the first pool, or `None`. With `y = 1 / sqrt(a_1)`, `tau <= d` is `w_11 y^2 + (w_01 /
+/// sqrt(a_0)) y + (tau0 + w_00 / a_0 - d) <= 0`, which holds for `y` up to the quadratic's
+/// positive root.
+fn least_second(m: &ResponseModel, d: f64, a0: f64, floor: f64, ceiling: f64) -> Option<f64> {
+    if a0 <= 0.0 {
+        return None;
+    }
+    let (w00, w01, w11) = (m.w[0], m.w[1], m.w[2]);
+    let c = m.tau0 + w00 / a0 - d;
+    let b = w01 / a0.sqrt();
+    let a1 = if w11 <= 0.0 && b <= 0.0 {
+        // The second pool does not matter: the floor, if the first meets the deadline.
+        if c <= 0.0 {
+            floor
+        } else {
+            return None;
+        }
+    } else {
+        if c >= 0.0 {
+            return None;
+        }
+        let y = if w11 > 0.0 {
+            (-b + (b * b - 4.0 * w11 * c).sqrt()) / (2.0 * w11)
+        } else {
+            -c / b
+        };
+        1.0 / (y * y)
+    };
+    let a1 = a1.max(floor);
+    (a1.is_finite() && a1 <= ceiling).then_some(a1)
+}
+
+/// The minimum of a convex `f` on `[lo, hi]` by golden-section search.
+fn golden_min(f: impl Fn(f64) -> f64, lo: f64, hi: f64) -> f64 {
+    const INV_PHI: f64 = 0.618_033_988_749_894_8;
+    let (mut a, mut b) = (lo, hi);
+    let mut x1 = b - INV_PHI * (b - a);
+    let mut x2 = a + INV_PHI * (b - a);
+    let (mut f1, mut f2) = (f(x1), f(x2));
+    for _ in 0..200 {
+        if b - a <= 1e-10 * b.abs().max(1e-12) {
+            break;
+        }
+        if f1 <= f2 {
+            b = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = b - INV_PHI * (b - a);
+            f1 = f(x1);
+        } else {
+            a = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = a + INV_PHI * (b - a);
+            f2 = f(x2);
+        }
+    }
+    let mid = 0.5 * (a + b);
+    // The ends, in case the minimum sits on one (f is flat there within the tolerance).
+    [lo, mid, hi]
+        .into_iter()
+        .min_by(|x, y| f(*x).total_cmp(&f(*y)))
+        .unwrap_or(mid)
 }
 
 /// Lowers `shares` (each at or above its floor) so that they sum to at most `pool`, taking
@@ -561,66 +984,109 @@ fn fit_to_pool(shares: &mut [f64], floors: &[f64], pool: f64) {
     }
 }
 
+/// How spread an entry's samples are in each of its pools: the largest share over the
+/// smallest.
+fn spread(samples: &VecDeque<Sample>, pools: usize) -> Vec<f64> {
+    (0..pools)
+        .map(|k| {
+            let (lo, hi) = samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), s| {
+                (lo.min(s.alloc[k]), hi.max(s.alloc[k]))
+            });
+            hi / lo
+        })
+        .collect()
+}
+
 /// Adds the period's sample, drops the old phase if the model missed it, refits.
 fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
-    if !(v.rate > 0.0 && v.rate.is_finite() && v.share > 0.0) {
+    if v.silent() || !v.share.iter().all(|s| *s > 0.0) {
         return;
     }
     let tau = v.response_time();
     if let Some(m) = &st.model {
-        let predicted = m.eval(&[v.share]);
+        let predicted = m.eval(&v.share);
         if ((predicted - tau) / tau).abs() > PHASE_CHANGE {
             st.samples.clear();
             st.model = None;
         }
     }
     st.samples.push_back(Sample {
-        alloc: vec![v.share],
+        alloc: v.share.clone(),
         tau,
     });
     while st.samples.len() > cfg.keep {
         st.samples.pop_front();
     }
-    let (lo, hi) = st.samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), s| {
-        (lo.min(s.alloc[0]), hi.max(s.alloc[0]))
-    });
-    // Samples bunched at one share cannot separate tau0 from w: refit only when they spread,
-    // and keep the model otherwise (once converged, a cell's samples all sit at its share).
-    if st.samples.len() >= 2 && hi >= lo * (1.0 + cfg.explore / 2.0) {
+    // Samples bunched at one share cannot separate tau0 from the weights: refit only when
+    // they spread in every pool, and keep the model otherwise (once converged, an entry's
+    // samples all sit at its shares).
+    let n = v.uses.len();
+    let spread_enough = spread(&st.samples, n)
+        .iter()
+        .all(|s| *s >= 1.0 + cfg.explore / 2.0);
+    if st.samples.len() > weight_count(n) && spread_enough {
         let samples: Vec<Sample> = st.samples.iter().cloned().collect();
-        if let Some(m) = ResponseModel::fit(1, &samples) {
+        if let Some(m) = ResponseModel::fit(n, &samples) {
             st.model = Some(m);
         }
     }
 }
 
-/// Where a cell without a model goes next: the share the one-point model `tau = w / a`
-/// through its last period predicts for the target with margin, moved at least `explore` so
-/// that the next sample can be learned from, raised by at most `free` harts.
-fn learning_step(v: &CellView, cfg: &PacoraConfig, free: f64) -> f64 {
-    // Bounds: the floor, and the ceiling or what the free pool allows above the share (never
-    // below the share itself, which may already sit under the floor).
-    let hi = v.ceiling.min(v.share + free).max(v.floor.min(v.share));
-    let lo = v.floor.min(hi);
-    let step = v.share * cfg.explore;
-    // tau = w / a through the period's sample: a = share * tau / deadline meets the deadline.
-    let want = v.share * v.response_time() / v.deadline(cfg.margin);
-    let towards = if want >= v.share {
-        want.max(v.share + step)
+/// Where an entry without a model goes next, raised by at most what each pool has `free`.
+///
+/// One pool: the share the one-point model `tau = w / a` through its last period predicts for
+/// the target with margin, moved at least `explore` so that the next sample can be learned
+/// from. Several pools: one pool moves per round, in turn, the others keep their shares, so
+/// that the samples vary each pool on its own (moving all together would put every sample on
+/// one ray from the origin, along which the pools' weights cannot be told apart: the first
+/// live runs fitted all of a fetch's time to its CPU and starved its flow). The pool that
+/// moves goes where the one-point model says, at most by a factor of 2, at least `explore`.
+fn learning_step(
+    v: &CellView,
+    st: &CellState,
+    cfg: &PacoraConfig,
+    margin: f64,
+    free: &[f64],
+) -> Vec<f64> {
+    let scale = v.response_time() / v.deadline(margin);
+    let n = v.uses.len();
+    let (push, scale) = if n == 1 {
+        (0, scale)
     } else {
-        want.min(v.share - step)
+        (st.samples.len() % n, scale.clamp(0.5, 2.0))
     };
-    let next = towards.clamp(lo, hi);
-    if (next - v.share).abs() >= step / 2.0 {
-        return next;
-    }
-    // Pinned against a limit: move the other way to learn.
-    let other = if v.share + step <= hi {
-        v.share + step
-    } else {
-        v.share - step
-    };
-    other.clamp(lo, hi)
+    (0..n)
+        .map(|k| {
+            let share = v.share[k];
+            // Bounds: the floor, and the ceiling or what the free pool allows above the share
+            // (never below the share itself, which may already sit under the floor).
+            let hi = v.ceiling[k]
+                .min(share + free[v.uses[k]])
+                .max(v.floor[k].min(share));
+            let lo = v.floor[k].min(hi);
+            if k != push {
+                return share.clamp(lo, hi);
+            }
+            let want = share * scale;
+            let step = share * cfg.explore;
+            let towards = if want >= share {
+                want.max(share + step)
+            } else {
+                want.min(share - step)
+            };
+            let next = towards.clamp(lo, hi);
+            if (next - share).abs() >= step / 2.0 {
+                return next;
+            }
+            // Pinned against a limit: move the other way to learn.
+            let other = if share + step <= hi {
+                share + step
+            } else {
+                share - step
+            };
+            other.clamp(lo, hi)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -642,16 +1108,7 @@ mod tests {
     }
 
     fn view(cell: &str, share: f64, rate: f64, target: f64, slope: f64) -> CellView {
-        CellView {
-            cell: cell.into(),
-            share,
-            rate,
-            target_rate: target,
-            floor: 0.05,
-            ceiling: 1.9,
-            slope,
-            known: None,
-        }
+        CellView::single(cell, 0, share, rate, target, 0.05, 1.9, slope)
     }
 
     /// Encoder: 2 ms fixed + 12 ms per hart (a frame at 0.4 harts takes 32 ms). Indexer: 50 ms
@@ -688,7 +1145,7 @@ mod tests {
                 .collect();
             last = pacora.decide(&views);
             for (s, a) in shares.iter_mut().zip(&last) {
-                *s = a.share;
+                *s = a.share[0];
             }
         }
         last
@@ -736,14 +1193,14 @@ mod tests {
         );
         assert!(p.model("idx").is_some());
         let mut v = view("video", 0.05, 1.5, 30.0, 100.0);
-        v.floor = 0.05;
+        v.floor = vec![0.05];
         let a = p.decide(&[
             view("idx", 0.85, idx.rate(0.85, 9), 1000.0, 1.0),
             view("other", 0.0001, idx.rate(0.0001, 9), 1000.0, 1.0),
             v,
         ]);
         assert_eq!(a[2].reason, "learning");
-        assert!(a[2].share > 0.5, "{a:?}");
+        assert!(a[2].share[0] > 0.5, "{a:?}");
     }
 
     #[test]
@@ -760,20 +1217,20 @@ mod tests {
             resources: 1,
         };
         let mut hog = view("hog", 9.0, 10.0, 1e6, 1.0);
-        hog.ceiling = 9.5;
+        hog.ceiling = vec![9.5];
         hog.known = Some(hog_model.clone());
         p.decide(&[hog.clone()]);
         let mut video = view("video", 0.5, 40.0, 270.0, 100.0);
-        video.ceiling = 9.5;
+        video.ceiling = vec![9.5];
         let a = p.decide(&[hog.clone(), video.clone()]);
         assert_eq!(a[1].reason, "learning");
-        assert!(a[1].share > 2.0, "{a:?}");
-        let total: f64 = a.iter().map(|x| x.share).sum();
+        assert!(a[1].share[0] > 2.0, "{a:?}");
+        let total: f64 = a.iter().map(|x| x.share[0]).sum();
         assert!(total <= 9.5 + 1e-9, "{a:?}");
         // A modelled cell below its floor (its first share was refused) is counted at its
         // floor: the learning cell cannot take that part of the pool.
         let mut low = view("low", 0.1, 30.0, 30.0, 1.0);
-        low.floor = 0.21;
+        low.floor = vec![0.21];
         low.known = Some(ResponseModel {
             tau0: 0.0,
             w: vec![0.001],
@@ -785,9 +1242,9 @@ mod tests {
         });
         p.decide(&[low.clone()]);
         let mut learner = view("learner", 0.3, 1.0, 30.0, 1.0);
-        learner.ceiling = 2.4;
+        learner.ceiling = vec![2.4];
         let a = p.decide(&[low, learner]);
-        let total: f64 = a.iter().map(|x| x.share).sum();
+        let total: f64 = a.iter().map(|x| x.share[0]).sum();
         assert!(total <= 2.416 + 1e-9, "{a:?}");
     }
 
@@ -804,11 +1261,11 @@ mod tests {
             ..Default::default()
         });
         let mut v = view("video", 4.0, 270.0, 270.0, 1.0);
-        v.ceiling = 9.5;
+        v.ceiling = vec![9.5];
         v.known = Some(m);
         let a = p.decide(&[v]);
         assert_eq!(a[0].reason, "meets-target");
-        assert!((a[0].share - 2.376).abs() < 1e-9, "{a:?}");
+        assert!((a[0].share[0] - 2.376).abs() < 1e-9, "{a:?}");
     }
 
     #[test]
@@ -825,11 +1282,11 @@ mod tests {
             ..Default::default()
         });
         let mut v = view("hog", 5.0, 10.0, 1e6, 1.0);
-        v.ceiling = 40.0;
+        v.ceiling = vec![40.0];
         v.known = Some(m);
         let a = p.decide(&[v]);
         assert_eq!(a[0].reason, "trade-off", "{a:?}");
-        assert!((a[0].share - 40.0).abs() < 1e-6, "{a:?}");
+        assert!((a[0].share[0] - 40.0).abs() < 1e-6, "{a:?}");
     }
 
     #[test]
@@ -911,11 +1368,11 @@ mod tests {
         let mut p = Pacora::new(PacoraConfig::default());
         for k in 0..10 {
             let mut v = view("capped", 0.3, plant.rate(0.3, k), 10.0, 1.0);
-            v.ceiling = 0.3;
+            v.ceiling = vec![0.3];
             let quiet = view("quiet", 0.2, 0.0, 10.0, 1.0);
             let out = p.decide(&[v, quiet]);
-            assert!(out[0].share <= 0.3 + 1e-12, "{out:?}");
-            assert_eq!(out[1].share, 0.2);
+            assert!(out[0].share[0] <= 0.3 + 1e-12, "{out:?}");
+            assert_eq!(out[1].share[0], 0.2);
             assert!(settled(&out[1], "no-rate"), "{out:?}");
         }
     }
@@ -925,16 +1382,16 @@ mod tests {
         let plant = Plant { tau0: 0.0, w: 0.05 };
         let mut p = Pacora::new(PacoraConfig::default());
         p.decide(&[view("a", 0.5, plant.rate(0.5, 0), 10.0, 1.0)]);
-        assert!((p.capacity() - 0.5).abs() < 1e-12);
+        assert!((p.capacity(0) - 0.5).abs() < 1e-12);
         p.decide(&[
             view("a", 0.5, plant.rate(0.5, 1), 10.0, 1.0),
             view("b", 0.3, plant.rate(0.3, 1), 10.0, 1.0),
         ]);
-        assert!((p.capacity() - 0.8).abs() < 1e-12);
+        assert!((p.capacity(0) - 0.8).abs() < 1e-12);
         // b was raised to 0.4 and leaves: the pool is a's 0.5 less the 0.1 b took with it.
-        p.applied("b", 0.4);
+        p.applied("b", 0, 0.4);
         p.retain(&["a"]);
-        assert!((p.capacity() - 0.4).abs() < 1e-12);
+        assert!((p.capacity(0) - 0.4).abs() < 1e-12);
     }
 
     #[test]
@@ -952,7 +1409,7 @@ mod tests {
         ]);
         assert!(out.iter().all(|a| a.reason == "learning"), "{out:?}");
         assert!(
-            out.iter().map(|a| a.share).sum::<f64>() <= 0.6 + 1e-9,
+            out.iter().map(|a| a.share[0]).sum::<f64>() <= 0.6 + 1e-9,
             "{out:?}"
         );
     }
@@ -1003,11 +1460,11 @@ mod tests {
             ..Default::default()
         });
         let mut v = view("video", 4.0, 270.0, 270.0, 1.0);
-        v.ceiling = 9.5;
+        v.ceiling = vec![9.5];
         v.known = Some(known(0.008));
         let a = p.decide(&[v.clone()]);
         assert_eq!(a[0].reason, "meets-target");
-        v.share = a[0].share;
+        v.share = vec![a[0].share[0]];
         // 3% more demand: within the margin's half, held.
         v.known = Some(known(0.008 * 1.03));
         assert_eq!(p.decide(&[v.clone()])[0].reason, "no-event");
@@ -1016,8 +1473,8 @@ mod tests {
         let a = p.decide(&[v.clone()]);
         assert_eq!(a[0].reason, "meets-target", "{:?}", p.last_events());
         assert!(p.last_events()[0].starts_with("video: least share"));
-        assert!((a[0].share - 2.376 * 1.10).abs() < 1e-9, "{a:?}");
-        v.share = a[0].share;
+        assert!((a[0].share[0] - 2.376 * 1.10).abs() < 1e-9, "{a:?}");
+        v.share = vec![a[0].share[0]];
         // Sized to meet its target, it measured 90% of it: solved again.
         v.rate = 0.9 * 270.0;
         p.decide(&[v.clone()]);
@@ -1066,5 +1523,292 @@ mod tests {
             assert!(c.validate().is_err(), "{c:?}");
         }
         assert!(PacoraConfig::default().validate().is_ok());
+    }
+
+    /// A cell that fetches each unit over its flow, then computes on it: `w_c / a_c` seconds
+    /// of CPU at `a_c` harts after `w_n / a_n` seconds of transfer at `a_n` Mbit/s.
+    struct Fetch {
+        w_c: f64,
+        w_n: f64,
+    }
+
+    impl Fetch {
+        fn rate(&self, a: &[f64], k: u64) -> f64 {
+            let noise = 1.0 + 0.02 * (((k * 7919) % 11) as f64 / 5.0 - 1.0);
+            noise / (self.w_c / a[0] + self.w_n / a[1])
+        }
+
+        fn model(&self) -> ResponseModel {
+            ResponseModel {
+                tau0: 0.0,
+                w: vec![self.w_c, 0.0, self.w_n],
+                resources: 2,
+            }
+        }
+    }
+
+    /// An entry of both pools: harts (floor 0.05, ceiling 1.9) and Mbit/s (floor 1, ceiling
+    /// 200).
+    fn joint_view(cell: &str, share: [f64; 2], rate: f64, target: f64) -> CellView {
+        CellView {
+            cell: cell.into(),
+            uses: vec![0, 1],
+            share: share.to_vec(),
+            rate,
+            target_rate: target,
+            floor: vec![0.05, 1.0],
+            ceiling: vec![1.9, 200.0],
+            slope: 1.0,
+            known: None,
+        }
+    }
+
+    fn two_pools(cpu: f64, net: f64) -> Pacora {
+        let pool = |c: f64| Pool {
+            capacity: Some(c),
+            margin: 0.1,
+        };
+        Pacora::with_pools(PacoraConfig::default(), vec![pool(cpu), pool(net)])
+    }
+
+    #[test]
+    fn the_least_reserving_point_is_where_the_pools_marginal_costs_meet() {
+        // tau = 0.02 / a_c + 8 / a_n, d = 1 / 11: minimising a_c / 2 + a_n / 200 on the level
+        // set gives (Lagrange) a_c = 0.2 s, a_n = 40 s with 0.1 / s + 0.2 / s = 1 / 11.
+        let f = Fetch {
+            w_c: 0.02,
+            w_n: 8.0,
+        };
+        let v = joint_view("fetch", [1.0, 10.0], 1.0, 10.0);
+        let s = 0.3 * 11.0;
+        let a = least_point(&f.model(), &v, 0.1, &[2.0, 200.0]).unwrap();
+        assert!((a[0] - 0.2 * s).abs() < 1e-6, "{a:?}");
+        assert!((a[1] - 40.0 * s).abs() < 1e-4, "{a:?}");
+        assert!((f.model().eval(&a) - 1.0 / 11.0).abs() < 1e-9);
+        // The link dearer (capacity 50): more harts, fewer Mbit/s, still on the level set.
+        let b = least_point(&f.model(), &v, 0.1, &[2.0, 50.0]).unwrap();
+        assert!(b[0] > a[0] && b[1] < a[1], "{a:?} {b:?}");
+        assert!((f.model().eval(&b) - 1.0 / 11.0).abs() < 1e-9);
+        // A cross term and a fixed part: the point found is on the level set, and no point of
+        // a grid over the box that meets the deadline reserves less.
+        let m = ResponseModel {
+            tau0: 0.01,
+            w: vec![0.01, 0.3, 4.0],
+            resources: 2,
+        };
+        let c = least_point(&m, &v, 0.1, &[2.0, 200.0]).unwrap();
+        assert!((m.eval(&c) - 1.0 / 11.0).abs() < 1e-9, "{c:?}");
+        let cost = |a: &[f64]| a[0] / 2.0 + a[1] / 200.0;
+        for i in 1..=100 {
+            for j in 1..=100 {
+                let g = [
+                    0.05 + 1.85 * i as f64 / 100.0,
+                    1.0 + 199.0 * j as f64 / 100.0,
+                ];
+                if m.eval(&g) <= 1.0 / 11.0 {
+                    assert!(cost(&g) >= cost(&c) - 1e-9, "{g:?} beats {c:?}");
+                }
+            }
+        }
+        // Nothing within the ceilings meets it: none.
+        let slow = Fetch { w_c: 1.0, w_n: 8.0 };
+        assert_eq!(least_point(&slow.model(), &v, 0.1, &[2.0, 200.0]), None);
+        // The link does not matter: the first pool's least share and the second's floor.
+        let cpu_only = ResponseModel {
+            tau0: 0.0,
+            w: vec![0.05, 0.0, 0.0],
+            resources: 2,
+        };
+        let d = least_point(&cpu_only, &v, 0.1, &[2.0, 200.0]).unwrap();
+        assert!((d[0] - 0.55).abs() < 1e-6 && d[1] == 1.0, "{d:?}");
+    }
+
+    #[test]
+    fn a_cell_of_both_pools_learns_its_joint_model_and_gets_the_least_reserving_shares() {
+        let f = Fetch {
+            w_c: 0.02,
+            w_n: 8.0,
+        };
+        let mut p = two_pools(2.0, 200.0);
+        let mut share = [0.3, 20.0];
+        let mut last = Vec::new();
+        let mut learning_rounds = 0;
+        for k in 0..30 {
+            let v = joint_view("fetch", share, f.rate(&share, k), 10.0);
+            last = p.decide(&[v]);
+            learning_rounds += (last[0].reason == "learning") as u32;
+            share = [last[0].share[0], last[0].share[1]];
+        }
+        assert!(settled(&last[0], "meets-target"), "{last:?}");
+        assert!(learning_rounds <= 8, "{learning_rounds} rounds learning");
+        let m = p.model("fetch").unwrap();
+        assert_eq!(m.resources, 2);
+        // The least-reserving point of the true model, within the fit's noise.
+        let s = 0.3 * 11.0;
+        assert!(
+            (share[0] - 0.2 * s).abs() < 0.05 * 0.2 * s,
+            "{share:?} {m:?}"
+        );
+        assert!(
+            (share[1] - 40.0 * s).abs() < 0.05 * 40.0 * s,
+            "{share:?} {m:?}"
+        );
+        assert!(f.rate(&share, 0) >= 0.98 * 10.0, "{share:?}");
+    }
+
+    #[test]
+    fn one_solve_across_both_pools_gives_the_plentiful_link_to_spare_the_scarce_harts() {
+        // "idx" needs 1.1 harts of a 0.8-hart pool; "fetch" needs harts and the link, which
+        // no one else uses. Solved together, fetch is given far more of the link than its
+        // least-reserving point so that it needs fewer harts, which go to idx.
+        let f = Fetch {
+            w_c: 0.02,
+            w_n: 8.0,
+        };
+        let mut p = two_pools(0.8, 200.0);
+        let mut idx = CellView::single("idx", 0, 0.4, 8.0, 20.0, 0.05, 1.9, 1.0);
+        idx.known = Some(ResponseModel {
+            tau0: 0.0,
+            w: vec![0.05],
+            resources: 1,
+        });
+        let mut fetch = joint_view("fetch", [0.4, 100.0], 5.0, 10.0);
+        fetch.known = Some(f.model());
+        let a = p.decide(&[idx.clone(), fetch.clone()]);
+        assert!(a.iter().all(|a| a.reason == "trade-off"), "{a:?}");
+        let joint_penalty = |a: &[Allocation]| {
+            let idx_tau = 0.05 / a[0].share[0];
+            let fetch_tau = f.model().eval(&a[1].share);
+            (idx_tau - 1.0 / 22.0).max(0.0) + (fetch_tau - 1.0 / 11.0).max(0.0)
+        };
+        // Clarabel's optimum of the same problem.
+        let truth = crate::pacora::socp::solve(&Problem {
+            cells: vec![
+                CellDemand {
+                    model: ResponseModel {
+                        tau0: 0.0,
+                        w: vec![0.05, 0.0, 0.0],
+                        resources: 2,
+                    },
+                    deadline: 1.0 / 22.0,
+                    slope: 1.0,
+                },
+                CellDemand {
+                    model: f.model(),
+                    deadline: 1.0 / 11.0,
+                    slope: 1.0,
+                },
+            ],
+            capacity: vec![0.8, 200.0],
+        })
+        .unwrap();
+        let got = joint_penalty(&a);
+        assert!(
+            (got - truth.penalty).abs() <= 1e-4 * truth.penalty.max(1.0),
+            "{got} vs {}",
+            truth.penalty
+        );
+        assert!(
+            (a[0].share[0] + a[1].share[0]) <= 0.8 + 1e-9,
+            "harts overbooked: {a:?}"
+        );
+        assert!(a[1].share[1] <= 200.0 + 1e-9, "{a:?}");
+        let alone = least_point(&f.model(), &fetch, 0.1, &[0.8, 200.0]).unwrap();
+        assert!(a[1].share[1] > 1.2 * alone[1], "{a:?} vs {alone:?}");
+        // Solved pool by pool instead (fetch's link fixed at its least-reserving share, the
+        // harts split on their own), the total penalty is higher.
+        let separate = crate::pacora::socp::solve(&Problem {
+            cells: vec![
+                CellDemand {
+                    model: ResponseModel {
+                        tau0: 0.0,
+                        w: vec![0.05],
+                        resources: 1,
+                    },
+                    deadline: 1.0 / 22.0,
+                    slope: 1.0,
+                },
+                CellDemand {
+                    model: ResponseModel {
+                        tau0: f.w_n / alone[1],
+                        w: vec![f.w_c],
+                        resources: 1,
+                    },
+                    deadline: 1.0 / 11.0,
+                    slope: 1.0,
+                },
+            ],
+            capacity: vec![0.8],
+        })
+        .unwrap();
+        assert!(
+            got < 0.9 * separate.penalty,
+            "{got} vs {}",
+            separate.penalty
+        );
+    }
+
+    #[test]
+    fn a_view_whose_fields_disagree_is_answered_bad_view_and_changes_nothing() {
+        let mut p = two_pools(2.0, 200.0);
+        let mut v = joint_view("fetch", [0.5, 10.0], 5.0, 10.0);
+        v.floor.pop();
+        let mut on_a_missing_pool = CellView::single("x", 2, 0.5, 5.0, 10.0, 0.05, 1.9, 1.0);
+        on_a_missing_pool.cell = "x".into();
+        let ok = view("ok", 0.5, 5.0, 10.0, 1.0);
+        let a = p.decide(&[v.clone(), on_a_missing_pool, ok]);
+        assert_eq!((a[0].reason, a[1].reason), ("bad-view", "bad-view"));
+        assert_eq!(a[0].share, v.share);
+        assert_eq!(a[2].reason, "learning");
+        assert!(p.model("fetch").is_none());
+    }
+
+    #[test]
+    fn an_event_in_one_pool_solves_only_the_pools_joined_to_it() {
+        let known = |w: f64| ResponseModel {
+            tau0: 0.0,
+            w: vec![w],
+            resources: 1,
+        };
+        let mut p = two_pools(2.0, 200.0);
+        let mut cpu = CellView::single("enc", 0, 0.5, 30.0, 30.0, 0.05, 1.9, 1.0);
+        cpu.known = Some(known(0.01));
+        let mut flow = CellView::single("enc.net", 1, 5.0, 30.0, 30.0, 1.0, 200.0, 1.0);
+        flow.known = Some(known(0.1));
+        let a = p.decide(&[cpu.clone(), flow.clone()]);
+        assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
+        cpu.share = a[0].share.clone();
+        flow.share = a[1].share.clone();
+        // The flow's demand doubles: the link is solved again, the harts are not.
+        flow.known = Some(known(0.2));
+        let a = p.decide(&[cpu.clone(), flow.clone()]);
+        assert_eq!(
+            (a[0].reason, a[1].reason),
+            ("no-event", "meets-target"),
+            "{a:?}"
+        );
+        flow.share = a[1].share.clone();
+        // An entry of both pools joins them: a flow's event now solves the harts too.
+        let mut fetch = joint_view("fetch", [0.3, 20.0], 5.0, 10.0);
+        fetch.known = Some(
+            Fetch {
+                w_c: 0.02,
+                w_n: 8.0,
+            }
+            .model(),
+        );
+        let a = p.decide(&[cpu.clone(), flow.clone(), fetch.clone()]);
+        assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
+        cpu.share = a[0].share.clone();
+        flow.share = a[1].share.clone();
+        fetch.share = a[2].share.clone();
+        fetch.rate = 10.0;
+        assert_eq!(
+            p.decide(&[cpu.clone(), flow.clone(), fetch.clone()])[0].reason,
+            "no-event"
+        );
+        flow.known = Some(known(0.4));
+        let a = p.decide(&[cpu, flow, fetch]);
+        assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
     }
 }

@@ -168,6 +168,7 @@ fn encode(
             max_margin: Some(0.6),
             slope: None,
             initial: None,
+            network: None,
         },
     );
     let mut broker = Broker::new(config, Tessd::new());
