@@ -332,12 +332,12 @@ struct Brokered {
 }
 
 impl Brokered {
-    /// Its name in the PACORA policy: the cell for a CPU heartbeat, `FLOW.net` for a flow's
-    /// (a cell and its own flow would otherwise share a name).
+    /// Its name in the PACORA policy: the cell for a CPU heartbeat, `net:FLOW` for a flow's
+    /// (a cell and its own flow would otherwise share a name; no cell name has a `:`).
     fn entry(&self) -> String {
         match self.resource {
             Resource::Cpu => self.cell.clone(),
-            Resource::Net => format!("{}{NET_SUFFIX}", self.key),
+            Resource::Net => format!("net:{}", self.key),
         }
     }
 
@@ -534,13 +534,7 @@ impl<C: Cells> Broker<C> {
             let i = self.brokered.len() - 1;
             let flow = &self.brokered[i].key;
             let (floor, ceiling) = self.config.flow_limits(flow);
-            // Never more than the other flows leave of the pool.
-            let others = self.flows_held_except(i);
-            let capacity = self.config.network.as_ref().map_or(0.0, |n| n.capacity);
-            let initial = self
-                .config
-                .flow_initial(flow)
-                .min((capacity - others).max(0.0));
+            let initial = self.initial_flow(i);
             if resource == Resource::Net {
                 self.brokered[i].status.floor = floor;
                 self.brokered[i].status.ceiling = ceiling;
@@ -560,6 +554,16 @@ impl<C: Cells> Broker<C> {
                 Err(why) => record(b, 0.0, from, to, "refused", format!("initial {why}")),
             }
         }
+    }
+
+    /// The share heartbeat `i`'s flow starts at: its `initial`, never more than the other
+    /// flows leave of the link.
+    fn initial_flow(&self, i: usize) -> f64 {
+        let others = self.flows_held_except(i);
+        let capacity = self.config.network.as_ref().map_or(0.0, |n| n.capacity);
+        self.config
+            .flow_initial(&self.brokered[i].key)
+            .min((capacity - others).max(0.0))
     }
 
     /// The Mbit/s every flow but heartbeat `i`'s holds now (flows of their own, and the flows
@@ -830,6 +834,19 @@ impl<C: Cells> Broker<C> {
             let Ok(t) = self.brokerable(i, rate) else {
                 continue;
             };
+            if self.config.joint(&self.brokered[i].cell)
+                && self.brokered[i].status.flow_share.is_none()
+            {
+                // Its flow's first share was refused (the service not up yet): again, before
+                // the cell is decided with its flow.
+                let initial = self.initial_flow(i);
+                if let Err(why) = self.set_flow(i, initial) {
+                    let b = &mut self.brokered[i];
+                    let s = b.status.share;
+                    record(b, rate, s, s, "refused", format!("initial {why}"));
+                    continue;
+                }
+            }
             let b = &self.brokered[i];
             let mut v = CellView::single(
                 &b.entry(),
@@ -906,7 +923,13 @@ impl<C: Cells> Broker<C> {
             if refusals[k].is_empty() {
                 record(b, v.rate, from, to, a.reason, note);
             } else {
-                let why = format!("{} to {:?}: {}", a.reason, a.share, refusals[k].join("; "));
+                let wanted: Vec<String> = a.share.iter().map(|s| format!("{s:.3}")).collect();
+                let why = format!(
+                    "{} to {}: {}",
+                    a.reason,
+                    wanted.join(" + "),
+                    refusals[k].join("; ")
+                );
                 record(b, v.rate, from, to, "refused", why);
             }
         }
@@ -1039,6 +1062,8 @@ fn lowerings_first(
         .iter()
         .zip(allocations)
         .enumerate()
+        // A view the policy refused (`bad-view`) has nothing to apply.
+        .filter(|(_, (_, a))| a.reason != "bad-view")
         .flat_map(|(k, (v, a))| {
             let capacity = &capacity;
             (0..v.uses.len()).map(move |j| {

@@ -75,9 +75,9 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                 t.row(&[
                     // A flow heartbeat's share is of a flow: `CELL.net` or `CELL/LABEL.net`; a
                     // cell whose units need its flow too holds both (`cpu+net`).
-                    match (&c.flow, c.flow_share) {
-                        (Some(f), None) => format!("{f}.net"),
-                        (Some(f), Some(_)) => format!("{} + {f}.net", c.cell),
+                    match (&c.flow, c.resource.as_str()) {
+                        (Some(f), "cpu+net") => format!("{} + {f}.net", c.cell),
+                        (Some(f), _) => format!("{f}.net"),
                         (None, _) => c.cell.clone(),
                     },
                     c.heartbeat.clone(),
@@ -85,9 +85,10 @@ pub fn run(c: BrokerCmd) -> anyhow::Result<i32> {
                         .map(|r| format!("{r:.2}"))
                         .unwrap_or("-".into()),
                     format!("{:.2}", c.measured_rate),
-                    match c.flow_share {
-                        Some(mbps) => format!("{:.3} + {mbps:.2} Mbit/s", c.share),
-                        None => format!("{:.3}", c.share),
+                    match (c.resource.as_str(), c.flow_share) {
+                        ("cpu+net", Some(mbps)) => format!("{:.3} + {mbps:.2} Mbit/s", c.share),
+                        ("cpu+net", None) => format!("{:.3} + (flow not set)", c.share),
+                        _ => format!("{:.3}", c.share),
                     },
                     format!("{:.3}", c.floor),
                     format!("{:.3}", c.ceiling),

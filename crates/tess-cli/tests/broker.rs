@@ -470,9 +470,9 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
         .round();
     let (_bdir, sock, status, broker) = start_broker(
         &d,
-        "policy = \"pacora\"\nperiod = \"300ms\"\n[pacora]\ncapacity = 0.6\n\
+        "policy = \"pacora\"\nperiod = \"1s\"\n[pacora]\ncapacity = 0.6\n\
          [network]\nservice = \"net-jnt\"\ncapacity = 40\n\
-         [cells.fetch]\nnetwork = true\nfloor = 0.02\nceiling = 0.6\n\
+         [cells.fetch]\nnetwork = true\nfloor = 0.1\nceiling = 0.6\n\
          [cells.\"fetch.net\"]\nfloor = 0.5\ninitial = 2\n",
     );
     kill.0.push(broker);
@@ -506,7 +506,7 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
     let mut s = read();
     while !sized(&s) {
         assert!(
-            t0.elapsed() < Duration::from_secs(60),
+            t0.elapsed() < Duration::from_secs(90),
             "PACORA did not model and size fetch's harts and flow together (target {target}/s): {s}"
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -514,11 +514,6 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
     }
     let c = status_cell(&s, "fetch");
     assert_eq!(c["resource"], "cpu+net", "{c}");
-    let reasons = reasons(c);
-    assert!(
-        reasons.contains(&"learning") || reasons.contains(&"initial"),
-        "{reasons:?}"
-    );
     // What the broker says it gave is what tessd and the network service hold.
     let share = c["share"].as_f64().unwrap();
     let mbps = c["flow_share"].as_f64().unwrap();
@@ -534,17 +529,29 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
     );
     assert!(share <= 0.6 + 1e-9 && mbps <= 40.0 + 1e-9, "{c}");
     // Sized by its model, the cell meets its target in most of the next periods (the model's
-    // margin is 10%; a period can still fall short on a loaded host).
+    // margin is 10%; a period can still fall short on a loaded host). The decision period is
+    // 1 s: at 20 to 30 units a second a shorter one counts too few units to measure a rate
+    // (at 300 ms, one unit more or less was 4 to 25% of it, and the fits followed the noise).
     let mut on_target = 0;
+    let mut seen = Vec::new();
     for _ in 0..10 {
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(1000));
         let s = read();
         let c = status_cell(&s, "fetch");
+        seen.push(c["decisions"].clone());
         on_target += (c["measured_rate"].as_f64().unwrap() >= 0.9 * target) as u32;
     }
+    // (Shown with --nocapture: how the broker got there.)
+    eprintln!(
+        "at sizing: {}\nsince: {}",
+        c["decisions"],
+        serde_json::Value::Array(seen.clone())
+    );
     assert!(
         on_target >= 6,
-        "on target in {on_target} of 10 periods: {}",
-        broker_status(&status, false)
+        "on target in {on_target} of 10 periods: {}\nat sizing: {}\nsince: {}",
+        broker_status(&status, false),
+        c["decisions"],
+        serde_json::Value::Array(seen)
     );
 }

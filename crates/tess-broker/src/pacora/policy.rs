@@ -18,7 +18,8 @@
 //!   two pools:  tau(a) = tau0 + w_cc / a_c + w_cn / sqrt(a_c a_n) + w_nn / a_n
 //! ```
 //!
-//! and allocates the pools:
+//! and allocates the pools (each group of pools that entries of several join is one
+//! decision; pools no such entry joins are decided apart):
 //!
 //! - **Every target can be met**: each entry gets the least-reserving allocation whose
 //!   predicted response time meets its target with `margin` to spare (`d = 1 / (target (1 +
@@ -36,12 +37,16 @@
 //!   its deadline with more than its least-reserving point in every pool gets that point.
 //!
 //! Shares are then clamped to each entry's floor and ceiling per pool. An entry without a
-//! model yet (fewer than `pools + 1` samples, or samples not spread by `explore / 2` in every
-//! pool it uses) is *learning*: it moves to the shares a one-point model `tau = w / a` through
-//! its last sample predicts, and moves at least `explore` in the pool its samples are least
-//! spread in, so that the next sample can be learned from. A period whose response time the
-//! model misses by more than [`PHASE_CHANGE`] starts a new phase: the older samples are
-//! dropped, the entry learns again. An entry whose heartbeat did not beat in the period (rate
+//! model yet (one pool: fewer than 2 samples; several: fewer than [`joint_samples`], or no
+//! fit that explains them all within [`PHASE_CHANGE`]; or samples not spread by `explore / 2`
+//! in every pool it uses) is *learning*: it moves to the shares a one-point model `tau = w /
+//! a` through its last sample predicts, one pool per round in turn if it uses several
+//! ([`learning_step`]), so that the next sample can be learned from. A period whose response
+//! time a one-pool model misses by more than [`PHASE_CHANGE`] starts a new phase: the older
+//! samples are dropped, the entry learns again. A model of several pools is first refitted
+//! with that sample ([`fit_several`]), since an allocation outside the samples is where it
+//! knows least, and trusted only up to [`TRUST`] beyond its samples (`approaching`: the
+//! entry moves that far and is solved again next round). An entry whose heartbeat did not beat in the period (rate
 //! 0) keeps its shares: no sample, nothing learned, nothing moved (`no-rate`). An entry whose
 //! view carries a `known` model (its beats carried each unit's demand: `tau = w / a` with `w`
 //! measured this period, the broker's `demand_model`) takes that model as is, with no samples
@@ -80,6 +85,11 @@ pub const MODEL_DRIFT: f64 = 0.05;
 /// An entry the last solve sized to meet its target that measures less than this fraction of
 /// the target rate in a period is an event (the broker's own "on target" bound).
 pub const MISSED: f64 = 0.95;
+
+/// A fitted model of several pools is trusted this far beyond the shares it was measured at
+/// (a factor, each way): an allocation further out is approached in steps, each of which
+/// adds a sample there.
+pub const TRUST: f64 = 2.0;
 
 /// When PACORA solves the allocation again (`[pacora] decide`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -255,8 +265,11 @@ pub struct Allocation {
     pub cell: String,
     /// The shares it should hold, in the order of its view's `uses`.
     pub share: Vec<f64>,
-    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `solver-failed`,
-    /// `bad-view` (its view's per-pool fields disagree: it keeps its shares) or `no-event`
+    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `approaching` (an entry of
+    /// several pools whose allocation lies more than [`TRUST`] beyond the shares its model
+    /// was measured at, moved that far), `solver-failed`,
+    /// `bad-view` (its view's per-pool fields disagree, or an earlier view of the round has
+    /// its name: it keeps its shares) or `no-event`
     /// (nothing changed since the last solve: the shares in force stay).
     pub reason: &'static str,
     /// The model's response time at `share` (seconds per unit), once there is a model.
@@ -277,6 +290,8 @@ struct CellState {
     last_share: Vec<f64>,
     /// What its allocation was last solved for (none: not solved with a model yet).
     solved_for: Option<Basis>,
+    /// Learning rounds so far: which pool a learning entry of several moves next.
+    turn: usize,
 }
 
 /// What an entry's allocation was solved for; a change of any of it is an event.
@@ -292,6 +307,11 @@ struct Basis {
     least: Vec<f64>,
     /// Whether the solve sized the entry to meet its target (`meets-target`).
     meets: bool,
+    /// Whether the solve moved it only part of the way (`approaching`): solved again next
+    /// round.
+    approaching: bool,
+    /// The model it was solved with.
+    model: ResponseModel,
 }
 
 impl Basis {
@@ -301,6 +321,11 @@ impl Basis {
             || self.ceiling != v.ceiling
             || self.slope != v.slope
     }
+}
+
+/// Whether any parameter of a model moved by more than [`MODEL_DRIFT`].
+fn model_drifted(was: &ResponseModel, now: &ResponseModel) -> bool {
+    drifted(was.tau0, now.tau0) || was.w.iter().zip(&now.w).any(|(a, b)| drifted(*a, *b))
 }
 
 /// Whether a least share moved from `was` to `now` by more than [`MODEL_DRIFT`].
@@ -400,7 +425,8 @@ impl Pacora {
 
     /// What changed before the last round, one phrase each (`enc joined`, `enc: target or
     /// limits changed`, ...); empty if nothing did. Under [`DecideOn::Events`] the round solved
-    /// the allocation exactly when this is not empty.
+    /// the pools these events are in (and the pools joined to them by entries of several),
+    /// and held the others.
     pub fn last_events(&self) -> &[String] {
         &self.events
     }
@@ -444,12 +470,22 @@ impl Pacora {
         match &st.solved_for {
             None => Some(format!("{}: first model", v.cell)),
             Some(b) if b.limits_differ(v) => Some(format!("{}: target or limits changed", v.cell)),
-            Some(b) if b.least.iter().zip(&least).any(|(w, n)| drifted(*w, *n)) => Some(format!(
-                "{}: least share {} -> {}",
-                v.cell,
-                show(&b.least),
-                show(&least)
-            )),
+            Some(b) if b.approaching => Some(format!("{}: approaching its allocation", v.cell)),
+            Some(b)
+                if b.least.iter().zip(&least).any(|(w, n)| drifted(*w, *n)) || {
+                    // No shares within its ceilings meet its target (then and now): the split of
+                    // a trade-off still depends on its model.
+                    let out_of_reach = |l: &[f64]| l.iter().any(|x| !x.is_finite());
+                    out_of_reach(&b.least) && out_of_reach(&least) && model_drifted(&b.model, m)
+                } =>
+            {
+                Some(format!(
+                    "{}: least share {} -> {}",
+                    v.cell,
+                    show(&b.least),
+                    show(&least)
+                ))
+            }
             Some(b) if b.meets && v.rate < MISSED * v.target_rate => Some(format!(
                 "{}: missed its target ({:.2}/s of {:.2}/s)",
                 v.cell, v.rate, v.target_rate
@@ -474,15 +510,23 @@ impl Pacora {
     /// `uses` is answered `bad-view` with its shares unchanged and takes no part.
     pub fn decide(&mut self, all: &[CellView]) -> Vec<Allocation> {
         let pools = self.pools.len();
+        // A view is taken if its fields agree and no earlier view has its name.
+        let mut seen = std::collections::BTreeSet::new();
+        let taken: Vec<bool> = all
+            .iter()
+            .map(|v| v.well_formed(pools) && seen.insert(v.cell.as_str()))
+            .collect();
         let good: Vec<CellView> = all
             .iter()
-            .filter(|v| v.well_formed(pools))
-            .cloned()
+            .zip(&taken)
+            .filter(|(_, &t)| t)
+            .map(|(v, _)| v.clone())
             .collect();
         let mut decided = self.decide_well_formed(&good).into_iter();
         all.iter()
-            .map(|v| {
-                if v.well_formed(pools) {
+            .zip(taken)
+            .map(|(v, taken)| {
+                if taken {
                     decided.next().expect("one allocation per good view")
                 } else {
                     Allocation {
@@ -558,31 +602,47 @@ impl Pacora {
                 None => break,
             }
         }
-        let (to_solve, to_hold): (Vec<usize>, Vec<usize>) =
-            (0..views.len()).partition(|&i| views[i].uses.iter().any(|&p| hot[p]));
+        // Hot pools that no entry joins are solved apart (their own targets, their own
+        // trade-off): each entry is solved with the group of its first pool.
+        let group = pool_groups(self.pools.len(), views);
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
-        for &i in &to_hold {
-            out[i] = Some(self.hold(&views[i]));
+        let mut to_solve = Vec::new();
+        let mut solved = Vec::new();
+        for g in 0..self.pools.len() {
+            if !hot[g] || group[g] != g {
+                continue;
+            }
+            let members: Vec<usize> = (0..views.len())
+                .filter(|&i| group[views[i].uses[0]] == g)
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let solving: Vec<CellView> = members.iter().map(|&i| views[i].clone()).collect();
+            solved.extend(self.solve(&solving));
+            to_solve.extend(members);
         }
-        let solving: Vec<CellView> = to_solve.iter().map(|&i| views[i].clone()).collect();
-        let solved = if solving.is_empty() {
-            Vec::new()
-        } else {
-            self.solve(&solving)
-        };
-        for (v, a) in solving.iter().zip(&solved) {
+        for (i, v) in views.iter().enumerate() {
+            if !to_solve.contains(&i) {
+                out[i] = Some(self.hold(v));
+            }
+        }
+        let solving: Vec<&CellView> = to_solve.iter().map(|&i| &views[i]).collect();
+        for (v, a) in solving.into_iter().zip(&solved) {
             let least = self.cells[&v.cell]
                 .model
                 .as_ref()
-                .map(|m| self.least_raised(m, v));
+                .map(|m| (self.least_raised(m, v), m.clone()));
             let st = self.cells.get_mut(&v.cell).expect("observed above");
-            st.solved_for = least.map(|least| Basis {
+            st.solved_for = least.map(|(least, model)| Basis {
+                model,
                 target_rate: v.target_rate,
                 floor: v.floor.clone(),
                 ceiling: v.ceiling.clone(),
                 slope: v.slope,
                 least,
                 meets: a.reason == "meets-target",
+                approaching: a.reason == "approaching",
             });
         }
         for (i, a) in to_solve.into_iter().zip(solved) {
@@ -639,12 +699,14 @@ impl Pacora {
             .map(|p| (capacity[p] - held[p]).max(0.0))
             .collect();
         let mut modelled = Vec::new();
+        let mut learned = Vec::new();
         for (i, v) in views.iter().enumerate() {
             let st = &self.cells[&v.cell];
             let (share, reason) = match &st.model {
                 _ if v.silent() => (v.share.clone(), "no-rate"),
                 None => {
                     let share = learning_step(v, st, &self.config, self.margin(v), &free);
+                    learned.push(v.cell.clone());
                     for (k, &p) in v.uses.iter().enumerate() {
                         free[p] = (free[p] - (share[k] - v.share[k]).max(0.0)).max(0.0);
                     }
@@ -665,6 +727,11 @@ impl Pacora {
                 reason,
                 model: st.model.clone(),
             });
+        }
+        for c in learned {
+            if let Some(st) = self.cells.get_mut(&c) {
+                st.turn += 1;
+            }
         }
         // The least-reserving shares meeting each modelled entry's deadline (none: no shares
         // within its ceilings do).
@@ -712,11 +779,25 @@ impl Pacora {
                     }
                     Err(_) => (v.share.clone(), "solver-failed"),
                 };
-                let share = share
+                let mut share: Vec<f64> = share
                     .iter()
                     .zip(v.floor.iter().zip(&v.ceiling))
                     .map(|(s, (f, c))| s.clamp(*f, *c))
                     .collect();
+                let st = &self.cells[&v.cell];
+                let mut reason = reason;
+                if v.uses.len() > 1 && v.known.is_none() && reason != "solver-failed" {
+                    for (k, s) in share.iter_mut().enumerate() {
+                        let (lo, hi) = st.samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), x| {
+                            (lo.min(x.alloc[k]), hi.max(x.alloc[k]))
+                        });
+                        let near = s.clamp(lo / TRUST, hi * TRUST);
+                        if near != *s && lo <= hi {
+                            *s = near;
+                            reason = "approaching";
+                        }
+                    }
+                }
                 (share, reason)
             })
             .collect();
@@ -806,6 +887,35 @@ impl Pacora {
             .zip(&s.alloc)
             .map(|((i, _), a)| views[*i].uses.iter().map(|&p| a[col(p)]).collect())
             .collect())
+    }
+}
+
+/// For each pool, the smallest pool it is joined to by entries that use several (pools joined
+/// by a chain of such entries share one group).
+fn pool_groups(pools: usize, views: &[CellView]) -> Vec<usize> {
+    let mut group: Vec<usize> = (0..pools).collect();
+    loop {
+        let mut changed = false;
+        for v in views {
+            let least = v.uses.iter().map(|&p| group[p]).min().unwrap_or(0);
+            for &p in &v.uses {
+                if group[p] != least {
+                    group[p] = least;
+                    changed = true;
+                }
+            }
+        }
+        // A pool whose group's own group is smaller follows it.
+        for p in 0..pools {
+            let g = group[group[p]];
+            if g != group[p] {
+                group[p] = g;
+                changed = true;
+            }
+        }
+        if !changed {
+            return group;
+        }
     }
 }
 
@@ -920,11 +1030,9 @@ fn least_second(m: &ResponseModel, d: f64, a0: f64, floor: f64, ceiling: f64) ->
         if c >= 0.0 {
             return None;
         }
-        let y = if w11 > 0.0 {
-            (-b + (b * b - 4.0 * w11 * c).sqrt()) / (2.0 * w11)
-        } else {
-            -c / b
-        };
+        // The positive root in the form without cancellation (c < 0, b >= 0): a tiny w11
+        // left by a fit would otherwise round it to 0.
+        let y = -2.0 * c / (b + (b * b - 4.0 * w11 * c).sqrt());
         1.0 / (y * y)
     };
     let a1 = a1.max(floor);
@@ -1003,12 +1111,14 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         return;
     }
     let tau = v.response_time();
-    if let Some(m) = &st.model {
-        let predicted = m.eval(&v.share);
-        if ((predicted - tau) / tau).abs() > PHASE_CHANGE {
-            st.samples.clear();
-            st.model = None;
-        }
+    let missed = st
+        .model
+        .as_ref()
+        .is_some_and(|m| ((m.eval(&v.share) - tau) / tau).abs() > PHASE_CHANGE);
+    let n = v.uses.len();
+    if missed && n == 1 {
+        st.samples.clear();
+        st.model = None;
     }
     st.samples.push_back(Sample {
         alloc: v.share.clone(),
@@ -1017,19 +1127,71 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
     while st.samples.len() > cfg.keep {
         st.samples.pop_front();
     }
-    // Samples bunched at one share cannot separate tau0 from the weights: refit only when
-    // they spread in every pool, and keep the model otherwise (once converged, an entry's
-    // samples all sit at its shares).
-    let n = v.uses.len();
-    let spread_enough = spread(&st.samples, n)
-        .iter()
-        .all(|s| *s >= 1.0 + cfg.explore / 2.0);
-    if st.samples.len() > weight_count(n) && spread_enough {
-        let samples: Vec<Sample> = st.samples.iter().cloned().collect();
-        if let Some(m) = ResponseModel::fit(n, &samples) {
-            st.model = Some(m);
+    if n == 1 {
+        if st.samples.len() >= 2 && spread_enough(&st.samples, 1, cfg) {
+            let samples: Vec<Sample> = st.samples.iter().cloned().collect();
+            if let Some(m) = ResponseModel::fit(1, &samples) {
+                st.model = Some(m);
+            }
         }
+        return;
     }
+    // Several pools: a sample the model missed is news from where it was not measured (its
+    // allocation moved beyond its samples) as often as a new phase, so it is fitted with the
+    // others first; only if no fit explains it with enough of them does a new phase start.
+    match fit_several(&mut st.samples, n, cfg) {
+        Some(m) => st.model = Some(m),
+        None if missed => {
+            let newest = st.samples.pop_back().expect("just added");
+            st.samples.clear();
+            st.samples.push_back(newest);
+            st.model = None;
+        }
+        // Still learning, or the samples bunched: the model in force stays.
+        None => {}
+    }
+}
+
+/// A model of `n > 1` pools fitted to `samples`: `tau0` and `n (n + 1) / 2` weights, fitted
+/// only from more samples than that ([`joint_samples`]; with exactly as many the fit goes
+/// through every sample's noise) spread in every pool, and taken only if it explains each
+/// sample within [`PHASE_CHANGE`]. While it misses one by more, the worst of the older samples
+/// is dropped and the rest fitted again (a period the host stalled, a share so small that the
+/// cell's throttling costs more than `w / a`, or an older phase); the newest sample is always
+/// kept, as what the entry does now. `None` when too few samples are left.
+fn fit_several(
+    samples: &mut VecDeque<Sample>,
+    n: usize,
+    cfg: &PacoraConfig,
+) -> Option<ResponseModel> {
+    while samples.len() >= joint_samples(n) && spread_enough(samples, n, cfg) {
+        let all: Vec<Sample> = samples.iter().cloned().collect();
+        let m = ResponseModel::fit(n, &all)?;
+        let miss = |s: &Sample| ((m.eval(&s.alloc) - s.tau) / s.tau).abs();
+        if all.iter().all(|s| miss(s) <= PHASE_CHANGE) {
+            return Some(m);
+        }
+        let older = all.len() - 1;
+        let worst = (0..older)
+            .max_by(|&a, &b| miss(&all[a]).total_cmp(&miss(&all[b])))
+            .expect("more than one sample");
+        samples.remove(worst);
+    }
+    None
+}
+
+/// Samples a model of `n > 1` pools is fitted from, at least: two more than its parameters.
+pub const fn joint_samples(n: usize) -> usize {
+    weight_count(n) + 3
+}
+
+/// Whether samples spread by `explore / 2` in each of `n` pools: bunched at one share they
+/// cannot separate `tau0` from the weights, so the model is refitted only when they spread,
+/// and kept otherwise (once converged, an entry's samples all sit at its shares).
+fn spread_enough(samples: &VecDeque<Sample>, n: usize, cfg: &PacoraConfig) -> bool {
+    spread(samples, n)
+        .iter()
+        .all(|s| *s >= 1.0 + cfg.explore / 2.0)
 }
 
 /// Where an entry without a model goes next, raised by at most what each pool has `free`.
@@ -1053,7 +1215,7 @@ fn learning_step(
     let (push, scale) = if n == 1 {
         (0, scale)
     } else {
-        (st.samples.len() % n, scale.clamp(0.5, 2.0))
+        (st.turn % n, scale.clamp(0.5, 2.0))
     };
     (0..n)
         .map(|k| {
