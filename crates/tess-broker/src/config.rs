@@ -267,10 +267,12 @@ impl Config {
                     "cell {name}: network = true needs a [network] section (and policy = \"pacora\")"
                 );
             }
-            let least = crate::pacora::policy::joint_samples(2);
+            // Fitted from `joint_samples` or more, with room to drop an outlier.
+            let least = crate::pacora::policy::joint_samples(2) + 2;
             if l.network == Some(true) && c.pacora.keep < least {
                 anyhow::bail!(
-                    "cell {name}: network = true needs [pacora] keep of at least {least} (its model over two pools is fitted from {least} samples or more)"
+                    "cell {name}: network = true needs [pacora] keep of at least {least} (its model over two pools is fitted from {} samples or more, with room to drop an outlier)",
+                    least - 2
                 );
             }
             if l.network.is_some() && name.ends_with(crate::service::NET_SUFFIX) {
@@ -454,7 +456,7 @@ mod tests {
             "policy = \"pacora\"\n[pacora]\nkeep = 4\n[network]\ncapacity = 20\n[cells.fetch]\nnetwork = true\n",
         )
         .unwrap_err();
-        assert!(format!("{e:#}").contains("keep of at least 6"), "{e:#}");
+        assert!(format!("{e:#}").contains("keep of at least 8"), "{e:#}");
         let e = Config::parse("policy = \"pacora\"\n[cells.fetch]\nnetwork = true\n").unwrap_err();
         assert!(
             format!("{e:#}").contains("needs a [network] section"),

@@ -839,13 +839,23 @@ impl<C: Cells> Broker<C> {
             {
                 // Its flow's first share was refused (the service not up yet): again, before
                 // the cell is decided with its flow.
+                // The period just measured ran without its flow: decided from the next one.
                 let initial = self.initial_flow(i);
-                if let Err(why) = self.set_flow(i, initial) {
-                    let b = &mut self.brokered[i];
-                    let s = b.status.share;
-                    record(b, rate, s, s, "refused", format!("initial {why}"));
-                    continue;
+                let outcome = self.set_flow(i, initial);
+                let b = &mut self.brokered[i];
+                let s = b.status.share;
+                match outcome {
+                    Ok(()) => record(
+                        b,
+                        rate,
+                        s,
+                        s,
+                        "initial",
+                        format!("flow {initial:.3} Mbit/s"),
+                    ),
+                    Err(why) => record(b, rate, s, s, "refused", format!("initial {why}")),
                 }
+                continue;
             }
             let b = &self.brokered[i];
             let mut v = CellView::single(
@@ -883,10 +893,14 @@ impl<C: Cells> Broker<C> {
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
             let ((i, t), v) = (&of[k], &views[k]);
             let to = allocations[k].share[j];
+            // A step the policy takes to learn, or towards an allocation beyond its samples,
+            // is applied however small: held back, it would bring no new sample and be asked
+            // for again every round.
+            let step = matches!(allocations[k].reason, "learning" | "approaching");
             let applied = match v.uses[j] {
                 CPU_POOL => {
                     let t = t.as_ref().expect("a CPU share has its cell");
-                    if (to - t.current).abs() < self.config.min_step {
+                    if (to - t.current).abs() < self.config.min_step && !step {
                         continue;
                     }
                     let r = self.apply_share(*i, t, to);
@@ -901,7 +915,7 @@ impl<C: Cells> Broker<C> {
                     let capacity = self.pacora.capacity(NET_POOL);
                     let to = to.min((capacity - others).max(v.share[j]));
                     // Mbit/s: the hysteresis is relative to the link.
-                    if (to - v.share[j]).abs() < self.config.min_step * v.ceiling[j] {
+                    if (to - v.share[j]).abs() < self.config.min_step * v.ceiling[j] && !step {
                         continue;
                     }
                     self.set_flow(*i, to)

@@ -15,7 +15,7 @@ pub enum BrokerCmd {
 /// `tess broker status`.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Reasons: raise/lower (below/above target), hold (change under the hysteresis step),\nat-ceiling/at-floor (clamped), learning (first period), pinned, no-target, not-brokered\n(dedicated or best-effort), refused (tessd's admission said no: the last good allocation\nstays), tessd-unreachable, bad-measurement.\nPACORA: learning, meets-target (the least-reserving shares that meet the target), trade-off\n(the pools cannot meet every target: the least total penalty), no-event (nothing changed: held),\nno-rate (no beats), initial (a flow's first share), solver-failed. A cell marked network = true\nshows its harts and its flow's Mbit/s together (cpu+net). See docs/broker.md."
+    after_help = "Reasons: raise/lower (below/above target), hold (change under the hysteresis step),\nat-ceiling/at-floor (clamped), learning (first period), pinned, no-target, not-brokered\n(dedicated or best-effort), refused (tessd's admission said no: the last good allocation\nstays), tessd-unreachable, bad-measurement.\nPACORA: learning, meets-target (the least-reserving shares that meet the target), trade-off\n(the pools cannot meet every target: the least total penalty), approaching (a model of harts and\nlink moved at most twice beyond where it was measured), no-event (nothing changed: held),\nno-rate (no beats), initial (a flow's first share), solver-failed, bad-view. A cell marked network = true\nshows its harts and its flow's Mbit/s together (cpu+net). See docs/broker.md."
 )]
 pub struct StatusArgs {
     /// Print the status as JSON.

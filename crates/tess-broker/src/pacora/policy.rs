@@ -63,8 +63,10 @@
 //! 2.4). An entry joins or leaves; its target, floor, ceiling or slope changes; it is learning
 //! (it moves every round until it has a model) or its model was dropped by a phase change; the
 //! least-reserving allocation that meets its target moved by more than [`MODEL_DRIFT`] in any
-//! pool since the last solve; or an entry that the last solve sized to meet its target missed
-//! it. Between events every entry keeps the shares in force (`no-event`), so a steady system
+//! pool since the last solve (for an entry no allocation within its ceilings satisfies: its
+//! model's prediction at its shares moved by that much); an entry that the last solve sized to
+//! meet its target missed it; or the last solve moved an entry only part of the way
+//! (`approaching`). Between events every entry keeps the shares in force (`no-event`), so a steady system
 //! makes no transactions and its allocations do not follow the noise of its measurements.
 //! `decide = "period"` solves every round.
 
@@ -312,6 +314,8 @@ struct Basis {
     approaching: bool,
     /// The model it was solved with.
     model: ResponseModel,
+    /// The shares it was given.
+    share: Vec<f64>,
 }
 
 impl Basis {
@@ -323,9 +327,10 @@ impl Basis {
     }
 }
 
-/// Whether any parameter of a model moved by more than [`MODEL_DRIFT`].
-fn model_drifted(was: &ResponseModel, now: &ResponseModel) -> bool {
-    drifted(was.tau0, now.tau0) || was.w.iter().zip(&now.w).any(|(a, b)| drifted(*a, *b))
+/// Whether a model's prediction at `share` moved by more than [`MODEL_DRIFT`] (its
+/// parameters alone would: a weight a fit moves between 0 and a trace changes nothing).
+fn prediction_drifted(was: &ResponseModel, now: &ResponseModel, share: &[f64]) -> bool {
+    drifted(was.eval(share), now.eval(share))
 }
 
 /// Whether a least share moved from `was` to `now` by more than [`MODEL_DRIFT`].
@@ -476,7 +481,9 @@ impl Pacora {
                     // No shares within its ceilings meet its target (then and now): the split of
                     // a trade-off still depends on its model.
                     let out_of_reach = |l: &[f64]| l.iter().any(|x| !x.is_finite());
-                    out_of_reach(&b.least) && out_of_reach(&least) && model_drifted(&b.model, m)
+                    out_of_reach(&b.least)
+                        && out_of_reach(&least)
+                        && prediction_drifted(&b.model, m, &b.share)
                 } =>
             {
                 Some(format!(
@@ -643,6 +650,7 @@ impl Pacora {
                 least,
                 meets: a.reason == "meets-target",
                 approaching: a.reason == "approaching",
+                share: a.share.clone(),
             });
         }
         for (i, a) in to_solve.into_iter().zip(solved) {
@@ -791,8 +799,15 @@ impl Pacora {
                         let (lo, hi) = st.samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), x| {
                             (lo.min(x.alloc[k]), hi.max(x.alloc[k]))
                         });
-                        let near = s.clamp(lo / TRUST, hi * TRUST);
-                        if near != *s && lo <= hi {
+                        if lo > hi {
+                            // No samples (a model that was given): nothing to be near.
+                            continue;
+                        }
+                        // Near the samples, but never outside the limits.
+                        let near = s
+                            .clamp(lo / TRUST, hi * TRUST)
+                            .clamp(v.floor[k], v.ceiling[k]);
+                        if near != *s {
                             *s = near;
                             reason = "approaching";
                         }
@@ -1124,7 +1139,13 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         alloc: v.share.clone(),
         tau,
     });
-    while st.samples.len() > cfg.keep {
+    // Several pools: room to drop an outlier and still fit ([`fit_several`]).
+    let keep = if n == 1 {
+        cfg.keep
+    } else {
+        cfg.keep.max(joint_samples(n) + 2)
+    };
+    while st.samples.len() > keep {
         st.samples.pop_front();
     }
     if n == 1 {
@@ -1139,8 +1160,13 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
     // Several pools: a sample the model missed is news from where it was not measured (its
     // allocation moved beyond its samples) as often as a new phase, so it is fitted with the
     // others first; only if no fit explains it with enough of them does a new phase start.
-    match fit_several(&mut st.samples, n, cfg) {
-        Some(m) => st.model = Some(m),
+    // On a copy: samples dropped by a fit that fails anyway still support the model in force.
+    let mut kept = st.samples.clone();
+    match fit_several(&mut kept, n, cfg) {
+        Some(m) => {
+            st.samples = kept;
+            st.model = Some(m);
+        }
         None if missed => {
             let newest = st.samples.pop_back().expect("just added");
             st.samples.clear();
@@ -1153,7 +1179,7 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
 }
 
 /// A model of `n > 1` pools fitted to `samples`: `tau0` and `n (n + 1) / 2` weights, fitted
-/// only from more samples than that ([`joint_samples`]; with exactly as many the fit goes
+/// only from two samples more than that ([`joint_samples`]; with exactly as many the fit goes
 /// through every sample's noise) spread in every pool, and taken only if it explains each
 /// sample within [`PHASE_CHANGE`]. While it misses one by more, the worst of the older samples
 /// is dropped and the rest fitted again (a period the host stalled, a share so small that the
@@ -1972,5 +1998,43 @@ mod tests {
         flow.known = Some(known(0.4));
         let a = p.decide(&[cpu, flow, fetch]);
         assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
+    }
+
+    #[test]
+    fn an_allocation_far_beyond_the_samples_is_approached_within_the_limits() {
+        // Learned at around 1 hart and 20 Mbit/s, the model's least-reserving point is about
+        // 0.66 harts and 132 Mbit/s: the flow goes at most to twice its largest sample.
+        let f = Fetch {
+            w_c: 0.02,
+            w_n: 8.0,
+        };
+        let mut p = two_pools(2.0, 200.0);
+        let mut share = [1.0, 20.0];
+        let mut last = Vec::new();
+        for k in 0..40 {
+            let v = joint_view("fetch", share, f.rate(&share, k), 10.0);
+            last = p.decide(&[v]);
+            if last[0].reason == "approaching" {
+                break;
+            }
+            share = [last[0].share[0], last[0].share[1]];
+        }
+        assert_eq!(last[0].reason, "approaching", "{last:?}");
+        let most = p.cells["fetch"]
+            .samples
+            .iter()
+            .map(|s| s.alloc[1])
+            .fold(0.0, f64::max);
+        assert!(last[0].share[1] <= TRUST * most + 1e-9, "{last:?} {most}");
+        // Approaching is an event: the next round solves again from the new sample.
+        share = [last[0].share[0], last[0].share[1]];
+        let v = joint_view("fetch", share, f.rate(&share, 41), 10.0);
+        let next = p.decide(&[v]);
+        assert_ne!(next[0].reason, "no-event", "{next:?}");
+        // A ceiling far below the samples holds: the step never leaves the limits.
+        let mut low = joint_view("fetch", share, f.rate(&share, 42), 10.0);
+        low.ceiling = vec![0.1, 200.0];
+        let a = p.decide(&[low]);
+        assert!(a[0].share[0] <= 0.1 + 1e-12, "{a:?}");
     }
 }
