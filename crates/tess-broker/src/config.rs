@@ -355,7 +355,20 @@ impl Config {
 
     /// The controller settings for `cell` with `harts` harts.
     pub fn controller(&self, cell: &str, harts: usize) -> PotaConfig {
-        let l = self.cells.get(cell).copied().unwrap_or_default();
+        self.controller_with(cell, harts, &tess_core::spec::BrokerLimits::default())
+    }
+
+    /// [`Config::controller`] for a cell whose manifest gives `declared` limits: a floor or
+    /// ceiling in the broker's own file wins, the manifest's comes next, then the default.
+    pub fn controller_with(
+        &self,
+        cell: &str,
+        harts: usize,
+        declared: &tess_core::spec::BrokerLimits,
+    ) -> PotaConfig {
+        let mut l = self.cells.get(cell).copied().unwrap_or_default();
+        l.floor = l.floor.or(declared.floor.map(|h| h.get()));
+        l.ceiling = l.ceiling.or(declared.ceiling.map(|h| h.get()));
         let ceiling = l
             .ceiling
             .unwrap_or(harts.max(1) as f64 * crate::share::MAX_FRACTION);
@@ -470,5 +483,21 @@ mod tests {
         assert!(Config::parse("policy = \"pacora\"\n[network]\nservice = \"x\"\n").is_err());
         assert!(Config::parse("[network]\ncapacity = 10\n").is_err());
         assert!(Config::parse("[cells.\"v.net\"]\ninitial = -1\n").is_err());
+    }
+
+    #[test]
+    fn a_manifests_limits_apply_unless_the_file_sets_its_own() {
+        use tess_core::spec::{BrokerLimits, Harts};
+        let declared = BrokerLimits {
+            floor: Harts::new(0.2),
+            ceiling: Harts::new(0.6),
+        };
+        let c = Config::parse("[cells.enc]\nceiling = 0.8\n").unwrap();
+        let p = c.controller_with("enc", 2, &declared);
+        assert_eq!((p.floor, p.ceiling), (0.2, 0.8));
+        let p = c.controller_with("other", 2, &declared);
+        assert_eq!((p.floor, p.ceiling), (0.2, 0.6));
+        let p = c.controller_with("other", 2, &BrokerLimits::default());
+        assert_eq!((p.floor, p.ceiling), (0.05, 1.9));
     }
 }

@@ -344,6 +344,12 @@ impl Pota {
         self.target = target;
     }
 
+    /// Changes the floor and ceiling (a manifest applied again); the next step keeps to them.
+    pub fn set_limits(&mut self, floor: f64, ceiling: f64) {
+        self.cfg.floor = floor.min(ceiling);
+        self.cfg.ceiling = ceiling;
+    }
+
     /// The target rate.
     pub fn target(&self) -> f64 {
         self.target

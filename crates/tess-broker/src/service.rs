@@ -721,7 +721,7 @@ impl<C: Cells> Broker<C> {
             return Err(());
         };
         b.status.share = current;
-        let cfg = self.config.controller(&b.cell, harts);
+        let cfg = self.config.controller_with(&b.cell, harts, &info.broker);
         b.status.floor = cfg.floor;
         b.status.ceiling = cfg.ceiling;
         if info.pinned {
@@ -789,6 +789,7 @@ impl<C: Cells> Broker<C> {
             .pota
             .get_or_insert_with(|| Pota::new(t.cfg, t.target, t.current));
         pota.set_target(t.target);
+        pota.set_limits(t.cfg.floor, t.cfg.ceiling);
         // Someone else (or a refused change) set the share: continue from what is in force.
         if (pota.share() - t.current).abs() > 1e-6 {
             pota.force_share(t.current);

@@ -85,6 +85,20 @@ pub fn cell_detail(c: &CellInfo) -> String {
         "pinned",
         if c.pinned { "yes" } else { "no" }.into(),
     );
+    if !c.broker.is_empty() {
+        let harts = |h: Option<tess_core::spec::Harts>| {
+            h.map_or("default".to_string(), |h| format!("{} harts", h.get()))
+        };
+        line(
+            &mut out,
+            "broker limits",
+            format!(
+                "floor {}, ceiling {}",
+                harts(c.broker.floor),
+                harts(c.broker.ceiling)
+            ),
+        );
+    }
     if c.policy.is_dedicated() {
         let idle = if c.idle_spinners.is_empty() {
             "halt".to_string()

@@ -203,6 +203,72 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
 
 #[test]
 #[ignore = "needs root: a private tessd on the real kernel"]
+fn a_manifests_broker_limits_bound_the_share() {
+    // The cell's manifest says the broker may give it 0.15 to 0.4 harts; the broker's own file
+    // says nothing of it. Far above its target, the cell is lowered to the manifest's floor
+    // and no further; a manifest that raises the floor raises the cell.
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = |floor: f64| {
+        let path = dir.path().join("cells.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[cells.enc]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"3ms\"\n\
+                 hart-ids = [1]\nbroker-floor = {floor}\nbroker-ceiling = 0.4\n"
+            ),
+        )
+        .unwrap();
+        let o = d.tess(&["apply", path.to_str().unwrap()]);
+        assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
+    };
+    manifest(0.15);
+    let shown = d.json(&["cell", "show", "enc"]);
+    assert_eq!(shown["broker"]["floor"].as_f64(), Some(0.15), "{shown}");
+    let (_bdir, sock, status, broker) = start_broker(&d, "period = \"300ms\"\n");
+    let mut kill = Kill(vec![broker]);
+    kill.0.extend(feeder(&d, "enc", "1/s", &sock));
+    let wait_for = |what: &str, ok: &dyn Fn(u64) -> bool| {
+        let t0 = Instant::now();
+        while !ok(budget_ns(&d, "enc")) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{what}: budget {} ns; status: {}",
+                budget_ns(&d, "enc"),
+                std::fs::read_to_string(&status).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // 0.15 harts of a 10 ms period on one hart: 1.5 ms (a last step under the hysteresis may
+    // stop it up to 0.01 harts above).
+    wait_for("not lowered to the manifest's floor", &|b| b <= 1_600_000);
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(
+            budget_ns(&d, "enc") >= 1_490_000,
+            "below the manifest's floor"
+        );
+    }
+    let s: serde_json::Value = serde_json::from_str(&broker_status(&status, true)).unwrap();
+    let enc = status_cell(&s, "enc");
+    assert_eq!(
+        (enc["floor"].as_f64(), enc["ceiling"].as_f64()),
+        (Some(0.15), Some(0.4)),
+        "{enc}"
+    );
+    // A new manifest with a higher floor (applying it also puts the budget back at 3 ms): the
+    // broker lowers the cell to the new floor, not to the old one.
+    manifest(0.25);
+    wait_for("not lowered to the new floor", &|b| b <= 2_600_000);
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(budget_ns(&d, "enc") >= 2_490_000, "below the new floor");
+    }
+}
+
+#[test]
+#[ignore = "needs root: a private tessd on the real kernel"]
 fn the_pacora_policy_sizes_cells_through_tessd() {
     // policy = "pacora": two cells beat far above their targets (1/s); the policy learns each
     // cell's response time at two budgets, then gives each the least share its model says

@@ -783,6 +783,7 @@ mod tests {
                 pids_max: None,
                 pinned: false,
                 idle: None,
+                broker: Default::default(),
             },
             harts,
             window_offset: None,

@@ -16,6 +16,8 @@
 //! period = "33ms"
 //! active = "4ms"
 //! offset = "0ms"                 # optional window start within the period
+//! broker-floor = 0.05            # optional: the broker never gives it less than this (harts)
+//! broker-ceiling = 0.5           # optional: nor more (tess-broker's own file overrides both)
 //!
 //! [cells.control]
 //! policy = "event-triggered"
@@ -29,7 +31,9 @@
 //!
 //! Applying a manifest is idempotent: cells already as described are left alone.
 
-use crate::spec::{CellSpec, HartRequest, IdleMode, Policy, SpecError, DEFAULT_WEIGHT};
+use crate::spec::{
+    BrokerLimits, CellSpec, HartRequest, Harts, IdleMode, Policy, SpecError, DEFAULT_WEIGHT,
+};
 use crate::units::{parse_bytes, parse_duration};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -89,6 +93,8 @@ struct RawCell {
     #[serde(default)]
     pinned: bool,
     idle: Option<IdleMode>,
+    broker_floor: Option<f64>,
+    broker_ceiling: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -202,6 +208,21 @@ fn to_spec(name: &str, rc: RawCell) -> Result<CellSpec, ManifestError> {
         .as_deref()
         .map(|m| parse_bytes(m).map_err(|e| err(format!("memory: {e}"))))
         .transpose()?;
+    let harts_of = |field: &str, v: Option<f64>| -> Result<Option<Harts>, ManifestError> {
+        v.map(|x| {
+            Harts::new(x).ok_or_else(|| {
+                err(format!(
+                    "{field} {x}: a number of harts from 0 to {}",
+                    Harts::MAX
+                ))
+            })
+        })
+        .transpose()
+    };
+    let broker = BrokerLimits {
+        floor: harts_of("broker-floor", rc.broker_floor)?,
+        ceiling: harts_of("broker-ceiling", rc.broker_ceiling)?,
+    };
     Ok(CellSpec {
         name: name.to_string(),
         policy,
@@ -210,6 +231,7 @@ fn to_spec(name: &str, rc: RawCell) -> Result<CellSpec, ManifestError> {
         pids_max: rc.pids,
         pinned: rc.pinned,
         idle: rc.idle,
+        broker,
     })
 }
 
@@ -300,5 +322,38 @@ harts = 2
     #[test]
     fn empty_manifest_is_valid() {
         assert_eq!(parse("").unwrap(), Manifest::default());
+    }
+
+    #[test]
+    fn broker_limits_are_parsed_and_checked() {
+        let m = parse(
+            "[cells.enc]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"3ms\"\n\
+             broker-floor = 0.05\nbroker-ceiling = 0.5\n",
+        )
+        .unwrap();
+        let b = m.cells[0].broker;
+        assert_eq!(
+            (b.floor.map(Harts::get), b.ceiling.map(Harts::get)),
+            (Some(0.05), Some(0.5))
+        );
+        // Without them, none (and the spec serialises as before).
+        let plain = parse("[cells.b]\npolicy = \"best-effort\"\n").unwrap();
+        assert!(plain.cells[0].broker.is_empty());
+        let json = serde_json::to_string(&plain.cells[0]).unwrap();
+        assert!(!json.contains("broker"), "{json}");
+        // Through the store's JSON and back: the same spec.
+        let again: CellSpec =
+            serde_json::from_str(&serde_json::to_string(&m.cells[0]).unwrap()).unwrap();
+        assert_eq!(again, m.cells[0]);
+        for bad in [
+            "broker-floor = 0.6\nbroker-ceiling = 0.5",
+            "broker-floor = -1",
+            "broker-ceiling = 1e9",
+        ] {
+            let text = format!(
+                "[cells.enc]\npolicy = \"event-triggered\"\nperiod = \"10ms\"\nbudget = \"3ms\"\n{bad}\n"
+            );
+            assert!(parse(&text).is_err(), "{bad}");
+        }
     }
 }

@@ -247,6 +247,7 @@ mod tests {
                     pids_max: None,
                     pinned: false,
                     idle: None,
+                    broker: Default::default(),
                 },
                 harts: HartSet::new(),
                 window_offset: None,

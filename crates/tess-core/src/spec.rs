@@ -256,6 +256,68 @@ pub struct CellSpec {
     /// What idle harts do (`None`: [`IdleMode::Halt`], see [`CellSpec::idle_mode`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleMode>,
+    /// The floor and ceiling the broker (`tess-broker`) keeps this cell's share within.
+    #[serde(default, skip_serializing_if = "BrokerLimits::is_empty")]
+    pub broker: BrokerLimits,
+}
+
+/// A number of harts, exact to a millionth (so that specs compare exactly), written and read
+/// as a number of harts (`0.25`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Harts(u64);
+
+impl Harts {
+    /// Most harts a share may name.
+    pub const MAX: f64 = 4096.0;
+
+    /// `harts` rounded to a millionth; `None` unless it is a number in `0..=MAX`.
+    pub fn new(harts: f64) -> Option<Harts> {
+        (harts.is_finite() && (0.0..=Harts::MAX).contains(&harts))
+            .then(|| Harts((harts * 1e6).round() as u64))
+    }
+
+    /// The number of harts.
+    pub fn get(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl Serialize for Harts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.get())
+    }
+}
+
+impl<'de> Deserialize<'de> for Harts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Harts, D::Error> {
+        let x = f64::deserialize(d)?;
+        Harts::new(x).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{x} harts: a share is a number from 0 to {}",
+                Harts::MAX
+            ))
+        })
+    }
+}
+
+/// What the broker may do with a cell's share (seed 004 section 5.1: a floor and a ceiling per
+/// cell), declared with the cell (`broker-floor`, `broker-ceiling` in a manifest). The
+/// broker's own configuration overrides them field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BrokerLimits {
+    /// The least share it is ever given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Harts>,
+    /// The most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Harts>,
+}
+
+impl BrokerLimits {
+    /// Whether neither is set.
+    pub fn is_empty(&self) -> bool {
+        self.floor.is_none() && self.ceiling.is_none()
+    }
 }
 
 /// A spec that is malformed in itself, before any question of resources.
@@ -385,6 +447,15 @@ impl CellSpec {
         if self.pids_max == Some(0) {
             return bad("pids limit must be at least 1".into());
         }
+        if let (Some(f), Some(c)) = (self.broker.floor, self.broker.ceiling) {
+            if f > c {
+                return bad(format!(
+                    "broker floor {} harts is above the broker ceiling {} harts",
+                    f.get(),
+                    c.get()
+                ));
+            }
+        }
         if self.idle == Some(IdleMode::Spin) && matches!(self.policy, Policy::BestEffort { .. }) {
             return bad(
                 "idle = spin applies to dedicated, time-triggered and event-triggered cells (a best-effort cell has no wake-up to speed up)"
@@ -430,6 +501,7 @@ mod tests {
             pids_max: None,
             pinned: false,
             idle: None,
+            broker: Default::default(),
         }
     }
 

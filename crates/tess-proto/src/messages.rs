@@ -307,6 +307,12 @@ pub struct CellInfo {
     pub cgroup: String,
     /// Creation time (ms since the epoch).
     pub created_ms: u64,
+    /// The floor and ceiling its manifest gives the broker.
+    #[serde(
+        default,
+        skip_serializing_if = "tess_core::spec::BrokerLimits::is_empty"
+    )]
+    pub broker: tess_core::spec::BrokerLimits,
 }
 
 /// A thread in a cell.

@@ -245,6 +245,7 @@ mod tests {
                 pids_max: None,
                 pinned: false,
                 idle: None,
+                broker: Default::default(),
             },
             harts: HartSet::single(1),
             window_offset: None,

@@ -48,6 +48,7 @@ fn create(c: &mut Client, name: &str, memory: &str) -> Result<Body, tess_proto::
         pids_max: None,
         pinned: false,
         idle: None,
+        broker: Default::default(),
     };
     c.call(&Request::CreateCell { spec })
 }

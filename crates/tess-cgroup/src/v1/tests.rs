@@ -67,6 +67,7 @@ fn cluster(cells: &[(&str, Policy, &str)]) -> Cluster {
                     pids_max: Some(32),
                     pinned: false,
                     idle: None,
+                    broker: Default::default(),
                 },
                 harts,
                 window_offset: None,

@@ -24,6 +24,7 @@ fn cluster(cells: &[(&str, Policy, &str)]) -> Cluster {
                     pids_max: None,
                     pinned: false,
                     idle: None,
+                    broker: Default::default(),
                 },
                 harts,
                 window_offset: None,

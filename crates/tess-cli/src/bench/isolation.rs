@@ -129,6 +129,7 @@ pub fn run(c: &Common) -> anyhow::Result<Report> {
         pids_max: None,
         pinned: false,
         idle,
+        broker: Default::default(),
     };
     // The figures without a mode in their name follow a dedicated cell's default.
     let default_mode = spec(None).idle_mode();

@@ -43,6 +43,7 @@ fn specs() -> Vec<CellSpec> {
             pids_max: None,
             pinned: false,
             idle: None,
+            broker: Default::default(),
         })
         .collect()
 }

@@ -131,6 +131,7 @@ fn spec(harts: &tess_sched::HartSet, share: f64, pinned: bool) -> CellSpec {
         pids_max: None,
         pinned,
         idle: None,
+        broker: Default::default(),
     }
 }
 

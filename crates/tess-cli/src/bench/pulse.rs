@@ -157,6 +157,7 @@ fn in_cell(resizes: usize) -> anyhow::Result<Measured> {
         pids_max: None,
         pinned: false,
         idle: None,
+        broker: Default::default(),
     }])?;
     let program = Program::start()?;
     let mut m = Measured {

@@ -18,6 +18,7 @@ pub fn cell_on_hart(name: &str, policy: Policy, hart: usize) -> CellSpec {
         pids_max: None,
         pinned: false,
         idle: None,
+        broker: Default::default(),
     }
 }
 

@@ -27,6 +27,7 @@ fn cells(hart: usize, big: bool) -> Vec<CellSpec> {
         pids_max: None,
         pinned: false,
         idle: None,
+        broker: Default::default(),
     };
     vec![
         spec(

@@ -282,6 +282,7 @@ pub fn run(cmd: CellCmd) -> anyhow::Result<i32> {
                     .and_then(LimitChange::value),
                 pinned: a.pinned,
                 idle: a.idle.map(Into::into),
+                broker: Default::default(),
             };
             if let Err(e) = spec.validate() {
                 return usage(e.to_string());

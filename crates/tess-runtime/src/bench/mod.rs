@@ -167,6 +167,7 @@ fn spec(opts: &BenchOptions, harts: usize) -> CellSpec {
         // Spinning harts start windows with the least skew (a halted vCPU wakes late by a
         // different amount on each hart): the gang bench asks for it explicitly.
         idle: Some(tess_core::spec::IdleMode::Spin),
+        broker: Default::default(),
     }
 }
 

@@ -286,6 +286,7 @@ impl Engine {
             pids_max: None,
             pinned: false,
             idle: None,
+            broker: Default::default(),
         };
         spec.validate()?;
         let mut cell = self.new_cell(caller, spec);

@@ -23,6 +23,7 @@ pub fn cell(name: &str, policy: Policy, harts: HartRequest) -> Cell {
             pids_max: None,
             pinned: false,
             idle: None,
+            broker: Default::default(),
         },
         harts: HartSet::new(),
         window_offset: None,

@@ -109,6 +109,7 @@ pub(super) fn cell_info(c: &Cell, cgroups: &dyn Backend, spinners: &[i32]) -> Ce
         memory_max: c.spec.memory_max,
         pids_max: c.spec.pids_max,
         pinned: c.spec.pinned,
+        broker: c.spec.broker,
         ephemeral_pid: c.ephemeral_pid,
         utilization: c.policy().utilization(),
         processes: cgroups

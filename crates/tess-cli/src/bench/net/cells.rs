@@ -32,6 +32,7 @@ fn cell(name: &str, policy: Policy, harts: HartSet) -> CellSpec {
         pids_max: None,
         pinned: false,
         idle: None,
+        broker: Default::default(),
     }
 }
 
