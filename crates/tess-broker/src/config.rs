@@ -267,12 +267,11 @@ impl Config {
                     "cell {name}: network = true needs a [network] section (and policy = \"pacora\")"
                 );
             }
-            // Fitted from `joint_samples` or more, with room to drop an outlier.
-            let least = crate::pacora::policy::joint_samples(2) + 2;
+            let least = crate::pacora::policy::joint_keep(2);
             if l.network == Some(true) && c.pacora.keep < least {
                 anyhow::bail!(
                     "cell {name}: network = true needs [pacora] keep of at least {least} (its model over two pools is fitted from {} samples or more, with room to drop an outlier)",
-                    least - 2
+                    crate::pacora::policy::joint_samples(2)
                 );
             }
             if l.network.is_some() && name.ends_with(crate::service::NET_SUFFIX) {

@@ -597,7 +597,7 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
     // Sized by its model, the cell meets its target in most of the next periods (the model's
     // margin is 10%; a period can still fall short on a loaded host). The decision period is
     // 1 s: at 20 to 30 units a second a shorter one counts too few units to measure a rate
-    // (at 300 ms, one unit more or less was 4 to 25% of it, and the fits followed the noise).
+    // (at 300 ms, one unit more or less was 11 to 28% of it, and the fits followed the noise).
     let mut on_target = 0;
     let mut seen = Vec::new();
     for _ in 0..10 {

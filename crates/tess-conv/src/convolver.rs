@@ -202,7 +202,6 @@ impl Convolver {
                 slots: lv.slots,
                 callback: self.callback.clone(),
                 piece: Piece::Forward,
-                step: 0,
                 chunk: partitions_per_piece(&lv.cell.level),
                 next_callback: self.callback.load(Ordering::Relaxed),
                 broken: None,
@@ -413,9 +412,9 @@ pub struct LevelTask {
     schedule: Schedule,
     slots: usize,
     callback: Arc<AtomicU64>,
-    /// In the background: the next piece of step `step`.
+    /// In the background: the next piece of the step in flight (a step is posted only when
+    /// the last is done, and `Inverse` leaves `Forward` for the next).
     piece: Piece,
-    step: u64,
     /// Partitions multiplied in one piece.
     chunk: usize,
     /// Scheduled: the callback whose share is due next, and a period in which a share was
@@ -483,10 +482,6 @@ impl LevelTask {
         let posted = self.cell.posted.load(Ordering::Acquire);
         if posted == self.cell.done.load(Ordering::Relaxed) {
             return false;
-        }
-        if self.step != posted {
-            self.step = posted;
-            self.piece = Piece::Forward;
         }
         // SAFETY: a step is in flight (posted != done), so this task owns the job under the
         // cell's protocol; `&mut self` keeps the task on one thread; one reference.

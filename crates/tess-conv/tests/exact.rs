@@ -119,8 +119,7 @@ fn scheduled_level_tasks_on_another_thread_match_the_direct_sum() {
 }
 
 /// Background pieces run by another thread whenever it likes, concurrently with `process`
-/// (which waits for a step not done when it is due): exact, and the same samples as the
-/// preemptive workers compute (the same steps).
+/// (which waits for a step not done when it is due): exact.
 #[test]
 fn background_pieces_on_another_thread_match_the_direct_sum() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -194,12 +193,13 @@ fn a_skipped_level_task_is_late_and_the_level_recovers() {
     assert_close(&y[tail..], &want[tail..], "after the gap");
 }
 
-/// One share skipped, at every slot of the longest level's period in turn: the step that
-/// lost it is always counted late (never played as if complete), and the output is exact
-/// again afterwards.
+/// One share skipped, at every slot of the long level's period in turn: the step that lost
+/// it is always counted late, once (never played as if complete), and the output is exact
+/// again afterwards. (One long level only: a shorter one would be late on its own at every
+/// skip, and hide whether this one was.)
 #[test]
 fn one_skipped_share_at_any_slot_makes_its_step_late() {
-    let (block, len, sizes) = (32, 3001, &[64usize, 256][..]);
+    let (block, len, sizes) = (32, 3001, &[256usize][..]);
     let h = noise(len, 5);
     let x = noise(block * 400, 19);
     let want = direct(&x, &h);
@@ -212,7 +212,7 @@ fn one_skipped_share_at_any_slot_makes_its_step_late() {
                 tasks.iter_mut().for_each(|t| t.run());
             }
         });
-        assert!(c.late() >= 1, "skipping callback {skip}: no late step");
+        assert_eq!(c.late(), 1, "skipping callback {skip}");
         let tail = 300 * block;
         assert_close(&y[tail..], &want[tail..], &format!("after skipping {skip}"));
     }

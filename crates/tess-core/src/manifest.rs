@@ -93,8 +93,8 @@ struct RawCell {
     #[serde(default)]
     pinned: bool,
     idle: Option<IdleMode>,
-    broker_floor: Option<f64>,
-    broker_ceiling: Option<f64>,
+    broker_floor: Option<Harts>,
+    broker_ceiling: Option<Harts>,
 }
 
 #[derive(Deserialize)]
@@ -208,20 +208,9 @@ fn to_spec(name: &str, rc: RawCell) -> Result<CellSpec, ManifestError> {
         .as_deref()
         .map(|m| parse_bytes(m).map_err(|e| err(format!("memory: {e}"))))
         .transpose()?;
-    let harts_of = |field: &str, v: Option<f64>| -> Result<Option<Harts>, ManifestError> {
-        v.map(|x| {
-            Harts::new(x).ok_or_else(|| {
-                err(format!(
-                    "{field} {x}: a number of harts from 0 to {}",
-                    Harts::MAX
-                ))
-            })
-        })
-        .transpose()
-    };
     let broker = BrokerLimits {
-        floor: harts_of("broker-floor", rc.broker_floor)?,
-        ceiling: harts_of("broker-ceiling", rc.broker_ceiling)?,
+        floor: rc.broker_floor,
+        ceiling: rc.broker_ceiling,
     };
     Ok(CellSpec {
         name: name.to_string(),

@@ -356,12 +356,6 @@ pub struct Pacora {
     events: Vec<String>,
 }
 
-impl Default for Pacora {
-    fn default() -> Self {
-        Pacora::new(PacoraConfig::default())
-    }
-}
-
 impl Pacora {
     /// A policy with one pool (`config.capacity`, `config.margin`) and no entries yet.
     pub fn new(config: PacoraConfig) -> Pacora {
@@ -796,13 +790,10 @@ impl Pacora {
                 let mut reason = reason;
                 if v.uses.len() > 1 && v.known.is_none() && reason != "solver-failed" {
                     for (k, s) in share.iter_mut().enumerate() {
-                        let (lo, hi) = st.samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), x| {
-                            (lo.min(x.alloc[k]), hi.max(x.alloc[k]))
-                        });
-                        if lo > hi {
+                        let Some((lo, hi)) = sampled_range(&st.samples, k) else {
                             // No samples (a model that was given): nothing to be near.
                             continue;
-                        }
+                        };
                         // Near the samples, but never outside the limits.
                         let near = s
                             .clamp(lo / TRUST, hi * TRUST)
@@ -1107,14 +1098,20 @@ fn fit_to_pool(shares: &mut [f64], floors: &[f64], pool: f64) {
     }
 }
 
+/// The smallest and largest share of pool `k` among `samples`, if there are any.
+fn sampled_range(samples: &VecDeque<Sample>, k: usize) -> Option<(f64, f64)> {
+    let (lo, hi) = samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), s| {
+        (lo.min(s.alloc[k]), hi.max(s.alloc[k]))
+    });
+    (lo <= hi).then_some((lo, hi))
+}
+
 /// How spread an entry's samples are in each of its pools: the largest share over the
 /// smallest.
 fn spread(samples: &VecDeque<Sample>, pools: usize) -> Vec<f64> {
     (0..pools)
         .map(|k| {
-            let (lo, hi) = samples.iter().fold((f64::MAX, 0.0f64), |(lo, hi), s| {
-                (lo.min(s.alloc[k]), hi.max(s.alloc[k]))
-            });
+            let (lo, hi) = sampled_range(samples, k).unwrap_or((f64::MAX, 0.0));
             hi / lo
         })
         .collect()
@@ -1139,13 +1136,7 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         alloc: v.share.clone(),
         tau,
     });
-    // Several pools: room to drop an outlier and still fit ([`fit_several`]).
-    let keep = if n == 1 {
-        cfg.keep
-    } else {
-        cfg.keep.max(joint_samples(n) + 2)
-    };
-    while st.samples.len() > keep {
+    while st.samples.len() > cfg.keep {
         st.samples.pop_front();
     }
     if n == 1 {
@@ -1209,6 +1200,12 @@ fn fit_several(
 /// Samples a model of `n > 1` pools is fitted from, at least: two more than its parameters.
 pub const fn joint_samples(n: usize) -> usize {
     weight_count(n) + 3
+}
+
+/// Samples an entry of `n > 1` pools must be allowed to keep (`[pacora] keep`): room to drop
+/// an outlier and still fit ([`fit_several`]). The configuration refuses less.
+pub const fn joint_keep(n: usize) -> usize {
+    joint_samples(n) + 2
 }
 
 /// Whether samples spread by `explore / 2` in each of `n` pools: bunched at one share they
@@ -1941,8 +1938,7 @@ mod tests {
         let mut p = two_pools(2.0, 200.0);
         let mut v = joint_view("fetch", [0.5, 10.0], 5.0, 10.0);
         v.floor.pop();
-        let mut on_a_missing_pool = CellView::single("x", 2, 0.5, 5.0, 10.0, 0.05, 1.9, 1.0);
-        on_a_missing_pool.cell = "x".into();
+        let on_a_missing_pool = CellView::single("x", 2, 0.5, 5.0, 10.0, 0.05, 1.9, 1.0);
         let ok = view("ok", 0.5, 5.0, 10.0, 1.0);
         let a = p.decide(&[v.clone(), on_a_missing_pool, ok]);
         assert_eq!((a[0].reason, a[1].reason), ("bad-view", "bad-view"));

@@ -192,7 +192,6 @@ impl Plan {
                 // default is halt): the same preparation as linux-fifo's idle spinner
                 session.apply(vec![CellSpec {
                     idle: Some(IdleMode::Spin),
-                    broker: Default::default(),
                     ..cell_on_hart(ENGINE_CELL, Policy::Dedicated, self.engine_hart)
                 }])?;
                 let mut c = Command::new(&tess);
