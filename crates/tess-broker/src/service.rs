@@ -22,7 +22,7 @@
 //! ([`Flows`]).
 
 use crate::config::{Config, Policy};
-use crate::pacora::policy::{Allocation, CellView, Pacora};
+use crate::pacora::policy::{Allocation, AllocationReason, CellView, Pacora};
 use crate::pota::{Decision, Pota, Reason};
 use crate::share;
 use crate::status::{BrokerStatus, CellStatus, DecisionRecord, KEEP_DECISIONS};
@@ -285,11 +285,9 @@ struct Target {
 fn record(b: &mut Brokered, rate: f64, from: f64, to: f64, reason: &str, note: String) {
     // Rounds that hold for want of an event collapse into one record, so that the history
     // keeps the decisions that changed something.
-    if let Some(last) = b
-        .decisions
-        .back_mut()
-        .filter(|d| reason == "no-event" && d.reason == reason && d.to == to)
-    {
+    if let Some(last) = b.decisions.back_mut().filter(|d| {
+        reason == AllocationReason::NoEvent.as_str() && d.reason == reason && d.to == to
+    }) {
         last.at_unix_ms = unix_ms();
         last.rate = rate;
         last.note = note;
@@ -318,6 +316,9 @@ struct Brokered {
     /// or `CELL/LABEL` (the name in its pool, and at the network service).
     key: String,
     resource: Resource,
+    /// A CPU heartbeat whose units also need the cell's own flow (`network = true` in the
+    /// broker's configuration): one PACORA entry of both pools. Read once, when it registers.
+    joint: bool,
     pid: i32,
     conn: UnixStream,
     reader: HeartbeatReader,
@@ -519,6 +520,7 @@ impl<C: Cells> Broker<C> {
                 ..Default::default()
             },
             resource,
+            joint,
             key,
             cell,
             pid: inc.pid,
@@ -529,30 +531,35 @@ impl<C: Cells> Broker<C> {
             decisions: VecDeque::new(),
             published,
         });
+        let i = self.brokered.len() - 1;
+        if resource == Resource::Net {
+            let (floor, ceiling) = self.config.flow_limits(&self.brokered[i].key);
+            self.brokered[i].status.floor = floor;
+            self.brokered[i].status.ceiling = ceiling;
+        }
         if resource == Resource::Net || joint {
             // The flow's first period is measured at a share the broker set.
-            let i = self.brokered.len() - 1;
-            let flow = &self.brokered[i].key;
-            let (floor, ceiling) = self.config.flow_limits(flow);
-            let initial = self.initial_flow(i);
-            if resource == Resource::Net {
-                self.brokered[i].status.floor = floor;
-                self.brokered[i].status.ceiling = ceiling;
+            self.start_flow(i, 0.0);
+        }
+    }
+
+    /// Gives heartbeat `i`'s flow its first share ([`Broker::initial_flow`]) and records it
+    /// (measured at `rate`); a refusal is recorded, and the flow holds nothing.
+    fn start_flow(&mut self, i: usize, rate: f64) {
+        let initial = self.initial_flow(i);
+        let outcome = self.set_flow(i, initial);
+        let b = &mut self.brokered[i];
+        let (from, to) = match b.resource {
+            Resource::Net => (0.0, b.status.share),
+            Resource::Cpu => (b.status.share, b.status.share),
+        };
+        match outcome {
+            Ok(()) if b.joint => {
+                let note = format!("flow {initial:.3} Mbit/s");
+                record(b, rate, from, to, "initial", note)
             }
-            let outcome = self.set_flow(i, initial);
-            let b = &mut self.brokered[i];
-            let (from, to) = match resource {
-                Resource::Net => (0.0, b.status.share),
-                Resource::Cpu => (b.status.share, b.status.share),
-            };
-            match outcome {
-                Ok(()) if joint => {
-                    let note = format!("flow {initial:.3} Mbit/s");
-                    record(b, 0.0, from, to, "initial", note)
-                }
-                Ok(()) => record(b, 0.0, from, to, "initial", String::new()),
-                Err(why) => record(b, 0.0, from, to, "refused", format!("initial {why}")),
-            }
+            Ok(()) => record(b, rate, from, to, "initial", String::new()),
+            Err(why) => record(b, rate, from, to, "refused", format!("initial {why}")),
         }
     }
 
@@ -605,6 +612,7 @@ impl<C: Cells> Broker<C> {
             use std::io::Read;
             let mut buf = [0u8; 16];
             let alive = !matches!((&b.conn).read(&mut buf), Ok(0));
+            // A flow heartbeat's flow, or a joint cell's once it was set.
             if !alive && (b.resource == Resource::Net || b.status.flow_share.is_some()) {
                 gone_flows.push(b.key.clone());
             }
@@ -835,27 +843,11 @@ impl<C: Cells> Broker<C> {
             let Ok(t) = self.brokerable(i, rate) else {
                 continue;
             };
-            if self.config.joint(&self.brokered[i].cell)
-                && self.brokered[i].status.flow_share.is_none()
-            {
+            if self.brokered[i].joint && self.brokered[i].status.flow_share.is_none() {
                 // Its flow's first share was refused (the service not up yet): again, before
-                // the cell is decided with its flow.
-                // The period just measured ran without its flow: decided from the next one.
-                let initial = self.initial_flow(i);
-                let outcome = self.set_flow(i, initial);
-                let b = &mut self.brokered[i];
-                let s = b.status.share;
-                match outcome {
-                    Ok(()) => record(
-                        b,
-                        rate,
-                        s,
-                        s,
-                        "initial",
-                        format!("flow {initial:.3} Mbit/s"),
-                    ),
-                    Err(why) => record(b, rate, s, s, "refused", format!("initial {why}")),
-                }
+                // the cell is decided with its flow. The period just measured ran without its
+                // flow: decided from the next one.
+                self.start_flow(i, rate);
                 continue;
             }
             let b = &self.brokered[i];
@@ -891,13 +883,13 @@ impl<C: Cells> Broker<C> {
         let allocations = self.pacora.decide(&views);
         let events = self.pacora.last_events().to_vec();
         let mut refusals: Vec<Vec<String>> = vec![Vec::new(); views.len()];
+        let short = short_of_room(&views, &allocations, |p| self.pacora.capacity(p));
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
             let ((i, t), v) = (&of[k], &views[k]);
             let to = allocations[k].share[j];
-            // A step the policy takes to learn, or towards an allocation beyond its samples,
-            // is applied however small: held back, it would bring no new sample and be asked
-            // for again every round.
-            let step = matches!(allocations[k].reason, "learning" | "approaching");
+            // Applied however small: a step the policy takes to learn or to approach, and a
+            // lowering in a pool whose raises need the room it gives back.
+            let step = allocations[k].reason.is_step() || (to < v.share[j] && short[v.uses[j]]);
             let applied = match v.uses[j] {
                 CPU_POOL => {
                     let t = t.as_ref().expect("a CPU share has its cell");
@@ -936,7 +928,7 @@ impl<C: Cells> Broker<C> {
             }
             let (from, to) = (v.share[0], b.status.share);
             if refusals[k].is_empty() {
-                record(b, v.rate, from, to, a.reason, note);
+                record(b, v.rate, from, to, a.reason.as_str(), note);
             } else {
                 let wanted: Vec<String> = a.share.iter().map(|s| format!("{s:.3}")).collect();
                 let why = format!(
@@ -1066,6 +1058,35 @@ fn demand_model(w: f64) -> crate::pacora::ResponseModel {
     }
 }
 
+/// Per pool, whether the round's raises need more room than the pool has free with every share
+/// as it is now. Its lowerings are then applied however small: held back by the hysteresis,
+/// they would keep what a raise needs (a resized stream's flow once got 1.01 of the 1.19
+/// Mbit/s it needed while five small flows each kept 0.06 they had been lowered by).
+fn short_of_room(
+    views: &[CellView],
+    allocations: &[Allocation],
+    capacity: impl Fn(usize) -> f64,
+) -> Vec<bool> {
+    let pools = views
+        .iter()
+        .flat_map(|v| v.uses.iter())
+        .max()
+        .map_or(0, |&p| p + 1);
+    let (mut held, mut raises) = (vec![0.0; pools], vec![0.0; pools]);
+    for (v, a) in views.iter().zip(allocations) {
+        if a.reason == AllocationReason::BadView {
+            continue;
+        }
+        for (j, &p) in v.uses.iter().enumerate() {
+            held[p] += v.share[j];
+            raises[p] += (a.share[j] - v.share[j]).max(0.0);
+        }
+    }
+    (0..pools)
+        .map(|p| held[p] + raises[p] > capacity(p) * (1.0 + 1e-9))
+        .collect()
+}
+
 /// The order to apply a round's changes in, as (view, index into its pools): the largest
 /// lowering first, the largest raise last, each relative to its pool's `capacity`.
 fn lowerings_first(
@@ -1078,7 +1099,7 @@ fn lowerings_first(
         .zip(allocations)
         .enumerate()
         // A view the policy refused (`bad-view`) has nothing to apply.
-        .filter(|(_, (_, a))| a.reason != "bad-view")
+        .filter(|(_, (_, a))| a.reason != AllocationReason::BadView)
         .flat_map(|(k, (v, a))| {
             let capacity = &capacity;
             (0..v.uses.len()).map(move |j| {
@@ -1097,7 +1118,7 @@ fn decision_note(a: &Allocation, events: &[String]) -> String {
     let predicted = a
         .predicted_tau
         .map(|tau| format!("predicted {:.2} ms per unit", tau * 1e3));
-    let on = (a.reason != "no-event" && !events.is_empty())
+    let on = (a.reason != AllocationReason::NoEvent && !events.is_empty())
         .then(|| format!("solved on: {}", events.join("; ")));
     [predicted, on]
         .into_iter()
@@ -1158,6 +1179,38 @@ mod tests {
         let noisy = [1000, 3000, 1500, 2500, 2000, 2000, 900, 3100];
         let d = demand_of(&noisy).unwrap();
         assert!((2000.0..=2125.0).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn lowerings_are_needed_only_where_the_raises_outgrow_the_pool() {
+        use super::short_of_room;
+        use crate::pacora::policy::{Allocation, AllocationReason, CellView};
+        let flow = |name: &str, share: f64, to: f64| {
+            let v = CellView::single(name, 1, share, 30.0, 30.0, 0.1, 10.0, 1.0);
+            let a = Allocation {
+                cell: name.into(),
+                share: vec![to],
+                reason: AllocationReason::TradeOff,
+                predicted_tau: None,
+                model: None,
+            };
+            (v, a)
+        };
+        // A link of 9.5 held whole: a raise of 0.82 needs the 0.06 each of five flows gives back.
+        let mut round = vec![flow("big", 0.37, 1.19), flow("hog", 7.26, 6.8)];
+        round.extend((0..5).map(|k| flow(&format!("s{k}"), 0.374, 0.31)));
+        let (views, allocations): (Vec<_>, Vec<_>) = round.into_iter().unzip();
+        let held: f64 = views.iter().map(|v| v.share[0]).sum();
+        assert!((held - 9.5).abs() < 1e-9, "{held}");
+        assert_eq!(
+            short_of_room(&views, &allocations, |_| 9.5),
+            vec![false, true]
+        );
+        // With room for the raise, they may wait.
+        assert_eq!(
+            short_of_room(&views, &allocations, |_| 10.5),
+            vec![false, false]
+        );
     }
 
     #[test]

@@ -423,6 +423,27 @@ pub struct LevelTask {
     broken: Option<u64>,
 }
 
+/// Whether a level's step is in flight ([`LevelTask::probe`]).
+#[derive(Clone)]
+pub struct StepProbe(Arc<JobCell>);
+
+impl StepProbe {
+    /// Whether the level has a step posted and not yet done: its task's
+    /// [`LevelTask::run_piece`] would run something. A snapshot: the answer may change as
+    /// soon as it is given.
+    pub fn in_flight(&self) -> bool {
+        self.0.posted.load(Ordering::Relaxed) != self.0.done.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for StepProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepProbe")
+            .field("level", &self.0.level)
+            .finish()
+    }
+}
+
 /// The next piece of a background step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Piece {
@@ -510,6 +531,13 @@ impl LevelTask {
             }
         };
         true
+    }
+
+    /// A handle that tells, from any thread and without owning the task, whether a step is
+    /// in flight: idle harts look before they claim the task (a claim is a write that every
+    /// idle hart would otherwise make on every spin).
+    pub fn probe(&self) -> StepProbe {
+        StepProbe(self.cell.clone())
     }
 
     /// The level this task computes.

@@ -190,11 +190,21 @@ pub struct Background {
     tasks: Vec<BackgroundSlot>,
 }
 
-#[derive(Debug)]
 struct BackgroundSlot {
     /// On a line of its own: idle harts try it on every spin.
     busy: crossbeam_utils::CachePadded<AtomicBool>,
+    /// Whether the task may have work: looked at before claiming it, so that idle harts
+    /// only read while no task has work.
+    probe: crate::objects::WorkProbe,
     task: UnsafeCell<Box<dyn BackgroundTask>>,
+}
+
+impl std::fmt::Debug for BackgroundSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundSlot")
+            .field("busy", &self.busy)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Clears a slot's `busy` when dropped, also when its task panics (the engine's panic
@@ -219,6 +229,7 @@ impl Background {
                 .into_iter()
                 .map(|t| BackgroundSlot {
                     busy: crossbeam_utils::CachePadded::new(AtomicBool::new(false)),
+                    probe: t.probe(),
                     task: UnsafeCell::new(t),
                 })
                 .collect(),
@@ -252,6 +263,11 @@ impl Background {
     fn try_piece(&self) -> PieceRun {
         let mut held = false;
         for slot in &self.tasks {
+            if !(slot.probe)() {
+                // No step in flight: nothing to claim (and not held: a hart that holds it
+                // has finished its work).
+                continue;
+            }
             if slot.busy.load(Ordering::Relaxed)
                 || slot
                     .busy

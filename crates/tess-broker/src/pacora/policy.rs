@@ -41,9 +41,10 @@
 //! fit that explains them all within [`PHASE_CHANGE`]; or samples not spread by `explore / 2`
 //! in every pool it uses) is *learning*: it moves to the shares a one-point model `tau = w /
 //! a` through its last sample predicts, one pool per round in turn if it uses several
-//! ([`learning_step`]), so that the next sample can be learned from. A period whose response
-//! time a one-pool model misses by more than [`PHASE_CHANGE`] starts a new phase: the older
-//! samples are dropped, the entry learns again. A model of several pools is first refitted
+//! ([`learning_step`]), so that the next sample can be learned from. Two periods in a row whose
+//! response times a one-pool model misses by more than [`PHASE_CHANGE`] on the same side start
+//! a new phase: the older samples are dropped, the entry learns again from those two (one such
+//! period alone is noise, fitted with the others). A model of several pools is first refitted
 //! with that sample ([`fit_several`]), since an allocation outside the samples is where it
 //! knows least, and trusted only up to [`TRUST`] beyond its samples (`approaching`: the
 //! entry moves that far and is solved again next round). An entry whose heartbeat did not beat in the period (rate
@@ -260,6 +261,58 @@ impl CellView {
     }
 }
 
+/// Why the policy gave an entry its allocation. [`AllocationReason::as_str`] is the name
+/// `tess broker status` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocationReason {
+    /// No model yet: a step that brings a new sample.
+    Learning,
+    /// No beats this round: the shares in force stay.
+    NoRate,
+    /// Every target is met: the least-reserving shares.
+    MeetsTarget,
+    /// Not every target fits: the solver's least total penalty.
+    TradeOff,
+    /// An entry of several pools whose allocation lies more than [`TRUST`] beyond the shares
+    /// its model was measured at, moved that far.
+    Approaching,
+    /// The solver failed: the shares in force stay.
+    SolverFailed,
+    /// Its view's per-pool fields disagree, or an earlier view of the round has its name: it
+    /// keeps its shares.
+    BadView,
+    /// Nothing changed since the last solve: the shares in force stay.
+    NoEvent,
+}
+
+impl AllocationReason {
+    /// The reason's name, as the broker's status and trace show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Learning => "learning",
+            Self::NoRate => "no-rate",
+            Self::MeetsTarget => "meets-target",
+            Self::TradeOff => "trade-off",
+            Self::Approaching => "approaching",
+            Self::SolverFailed => "solver-failed",
+            Self::BadView => "bad-view",
+            Self::NoEvent => "no-event",
+        }
+    }
+
+    /// A step the policy takes to learn, or towards an allocation beyond its samples: applied
+    /// however small, since held back it would bring no new sample and be asked for again.
+    pub fn is_step(self) -> bool {
+        matches!(self, Self::Learning | Self::Approaching)
+    }
+}
+
+impl std::fmt::Display for AllocationReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the policy wants for one entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
@@ -267,13 +320,8 @@ pub struct Allocation {
     pub cell: String,
     /// The shares it should hold, in the order of its view's `uses`.
     pub share: Vec<f64>,
-    /// Why: `learning`, `no-rate`, `meets-target`, `trade-off`, `approaching` (an entry of
-    /// several pools whose allocation lies more than [`TRUST`] beyond the shares its model
-    /// was measured at, moved that far), `solver-failed`,
-    /// `bad-view` (its view's per-pool fields disagree, or an earlier view of the round has
-    /// its name: it keeps its shares) or `no-event`
-    /// (nothing changed since the last solve: the shares in force stay).
-    pub reason: &'static str,
+    /// Why.
+    pub reason: AllocationReason,
     /// The model's response time at `share` (seconds per unit), once there is a model.
     pub predicted_tau: Option<f64>,
     /// The fitted model, if any.
@@ -294,6 +342,13 @@ struct CellState {
     solved_for: Option<Basis>,
     /// Learning rounds so far: which pool a learning entry of several moves next.
     turn: usize,
+    /// The side its one-pool model missed the last period on by more than [`PHASE_CHANGE`]
+    /// (the sign of the error), if it did: a second miss on that side is a new phase.
+    missed_side: Option<f64>,
+    /// The least-reserving shares meeting its target under its model this round
+    /// ([`least_point`], computed once its sample is observed); `None`: no model, or no shares
+    /// within its ceilings meet the target.
+    least: Option<Vec<f64>>,
 }
 
 /// What an entry's allocation was solved for; a change of any of it is an event.
@@ -440,10 +495,10 @@ impl Pacora {
         v.uses.iter().map(|&p| self.capacity(p)).collect()
     }
 
-    /// The least-reserving shares meeting `v`'s target under `m`, each raised to its floor;
-    /// infinite where none does.
-    fn least_raised(&self, m: &ResponseModel, v: &CellView) -> Vec<f64> {
-        match least_point(m, v, self.margin(v), &self.capacities_of(v)) {
+    /// The least-reserving shares meeting `v`'s target under its model this round, each
+    /// raised to its floor; infinite where none does.
+    fn least_raised(&self, v: &CellView) -> Vec<f64> {
+        match &self.cells[&v.cell].least {
             Some(a) => a.iter().zip(&v.floor).map(|(a, f)| a.max(*f)).collect(),
             None => vec![f64::INFINITY; v.uses.len()],
         }
@@ -459,7 +514,7 @@ impl Pacora {
         let Some(m) = &st.model else {
             return Some(format!("{}: learning", v.cell));
         };
-        let least = self.least_raised(m, v);
+        let least = self.least_raised(v);
         let show = |l: &[f64]| {
             l.iter()
                 .map(|x| format!("{x:.3}"))
@@ -533,7 +588,7 @@ impl Pacora {
                     Allocation {
                         cell: v.cell.clone(),
                         share: v.share.clone(),
-                        reason: "bad-view",
+                        reason: AllocationReason::BadView,
                         predicted_tau: None,
                         model: None,
                     }
@@ -582,6 +637,15 @@ impl Pacora {
                 events.push(format!("{}: phase change", v.cell));
             }
         }
+        // Each model's least-reserving point, once a round: its model, target and limits, and
+        // the pools' capacities, are fixed from here on.
+        for v in views {
+            let least = self.cells[&v.cell]
+                .model
+                .as_ref()
+                .and_then(|m| least_point(m, v, self.margin(v), &self.capacities_of(v)));
+            self.cells.get_mut(&v.cell).expect("observed above").least = least;
+        }
         for v in views {
             if let Some(e) = self.event_of(v) {
                 heat(&v.uses);
@@ -591,21 +655,17 @@ impl Pacora {
             }
         }
         self.events = events;
-        // An event spreads through entries of several pools: the pools they join are solved
-        // together. Entries of pools without one keep their shares (`no-event`); with no entry
-        // of two pools, the harts and the link are solved apart, each on its own events.
-        loop {
-            let spread = views
-                .iter()
-                .find(|v| v.uses.iter().any(|&p| hot[p]) && v.uses.iter().any(|&p| !hot[p]));
-            match spread {
-                Some(v) => v.uses.iter().for_each(|&p| hot[p] = true),
-                None => break,
-            }
-        }
-        // Hot pools that no entry joins are solved apart (their own targets, their own
-        // trade-off): each entry is solved with the group of its first pool.
+        // Pools joined by entries of several pools are solved together, and an event in one
+        // heats its whole group. Pools that no entry joins are solved apart (their own
+        // targets, their own trade-off), each on its own events; entries of pools without one
+        // keep their shares (`no-event`). Each entry is solved with the group of its first
+        // pool.
         let group = pool_groups(self.pools.len(), views);
+        let mut hot_group = vec![false; self.pools.len()];
+        for (p, &h) in hot.iter().enumerate() {
+            hot_group[group[p]] |= h;
+        }
+        let hot: Vec<bool> = group.iter().map(|&g| hot_group[g]).collect();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
         let mut to_solve = Vec::new();
         let mut solved = Vec::new();
@@ -633,7 +693,7 @@ impl Pacora {
             let least = self.cells[&v.cell]
                 .model
                 .as_ref()
-                .map(|m| (self.least_raised(m, v), m.clone()));
+                .map(|m| (self.least_raised(v), m.clone()));
             let st = self.cells.get_mut(&v.cell).expect("observed above");
             st.solved_for = least.map(|(least, model)| Basis {
                 model,
@@ -642,8 +702,8 @@ impl Pacora {
                 ceiling: v.ceiling.clone(),
                 slope: v.slope,
                 least,
-                meets: a.reason == "meets-target",
-                approaching: a.reason == "approaching",
+                meets: a.reason == AllocationReason::MeetsTarget,
+                approaching: a.reason == AllocationReason::Approaching,
                 share: a.share.clone(),
             });
         }
@@ -661,7 +721,7 @@ impl Pacora {
         Allocation {
             cell: v.cell.clone(),
             share: v.share.clone(),
-            reason: "no-event",
+            reason: AllocationReason::NoEvent,
             predicted_tau: model.as_ref().map(|m| m.eval(&v.share)),
             model,
         }
@@ -673,23 +733,22 @@ impl Pacora {
         let capacity: Vec<f64> = (0..pools).map(|p| self.capacity(p)).collect();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
         // Learning and silent entries first: what they take comes off the pools. A learning
-        // entry raises into what silent and learning entries do not hold and modelled ones
-        // hold above what meets their targets, or above their floors if nothing does (those
-        // are re-allocated from what is left this round anyway; a learning entry starved by a
-        // pool the others hold must still be able to grow, but never at the expense of a
-        // target that is being met).
+        // entry raises into what is left when silent and learning entries keep what they hold
+        // and modelled ones what meets their targets, even where that is more than they hold
+        // now, or their floors if nothing does (those are re-allocated from what is left this
+        // round anyway; a learning entry starved by a pool the others hold must still be able
+        // to grow, but never into a target's need: a learning batch job once took the room a
+        // video cell had to grow into after a resize, and the video missed its frame rate).
         let mut held = vec![0.0; pools];
         for v in views {
             let least = match &self.cells[&v.cell].model {
-                Some(m) if !v.silent() => {
-                    Some(least_point(m, v, self.margin(v), &self.capacities_of(v)))
-                }
+                Some(_) if !v.silent() => Some(self.cells[&v.cell].least.clone()),
                 _ => None,
             };
             for (k, &p) in v.uses.iter().enumerate() {
                 held[p] += match &least {
-                    // A modelled entry is raised to its floor whatever it holds now.
-                    Some(Some(a)) => a[k].max(v.floor[k]).min(v.share[k].max(v.floor[k])),
+                    // What meets its target, within its limits, whatever it holds now.
+                    Some(Some(a)) => a[k].clamp(v.floor[k], v.ceiling[k]),
                     // No shares within its ceilings meet its target.
                     Some(None) => v.floor[k],
                     None => v.share[k],
@@ -705,14 +764,14 @@ impl Pacora {
         for (i, v) in views.iter().enumerate() {
             let st = &self.cells[&v.cell];
             let (share, reason) = match &st.model {
-                _ if v.silent() => (v.share.clone(), "no-rate"),
+                _ if v.silent() => (v.share.clone(), AllocationReason::NoRate),
                 None => {
                     let share = learning_step(v, st, &self.config, self.margin(v), &free);
                     learned.push(v.cell.clone());
                     for (k, &p) in v.uses.iter().enumerate() {
                         free[p] = (free[p] - (share[k] - v.share[k]).max(0.0)).max(0.0);
                     }
-                    (share, "learning")
+                    (share, AllocationReason::Learning)
                 }
                 Some(m) => {
                     modelled.push((i, m.clone()));
@@ -739,10 +798,7 @@ impl Pacora {
         // within its ceilings do).
         let a_min: Vec<Option<Vec<f64>>> = modelled
             .iter()
-            .map(|(i, m)| {
-                let v = &views[*i];
-                least_point(m, v, self.margin(v), &self.capacities_of(v))
-            })
+            .map(|(i, _)| self.cells[&views[*i].cell].least.clone())
             .collect();
         // Every target is met only if each entry has such shares and, each raised to its
         // floor, they fit every pool together.
@@ -762,13 +818,13 @@ impl Pacora {
         } else {
             self.trade_off(views, &modelled, &left)
         };
-        let mut decided: Vec<(Vec<f64>, &'static str)> = modelled
+        let mut decided: Vec<(Vec<f64>, AllocationReason)> = modelled
             .iter()
             .enumerate()
             .map(|(k, (i, _))| {
                 let v = &views[*i];
                 let (share, reason) = match &solved {
-                    Ok(alloc) if all_fit => (alloc[k].clone(), "meets-target"),
+                    Ok(alloc) if all_fit => (alloc[k].clone(), AllocationReason::MeetsTarget),
                     Ok(alloc) => {
                         // More than the least-reserving shares in every pool (a deadline
                         // met with room, as tau falls in every share): the least-reserving
@@ -777,9 +833,9 @@ impl Pacora {
                         let least = a_min[k]
                             .as_ref()
                             .filter(|l| l.iter().zip(a).all(|(l, a)| l <= a));
-                        (least.unwrap_or(a).clone(), "trade-off")
+                        (least.unwrap_or(a).clone(), AllocationReason::TradeOff)
                     }
-                    Err(_) => (v.share.clone(), "solver-failed"),
+                    Err(_) => (v.share.clone(), AllocationReason::SolverFailed),
                 };
                 let mut share: Vec<f64> = share
                     .iter()
@@ -788,7 +844,8 @@ impl Pacora {
                     .collect();
                 let st = &self.cells[&v.cell];
                 let mut reason = reason;
-                if v.uses.len() > 1 && v.known.is_none() && reason != "solver-failed" {
+                if v.uses.len() > 1 && v.known.is_none() && reason != AllocationReason::SolverFailed
+                {
                     for (k, s) in share.iter_mut().enumerate() {
                         let Some((lo, hi)) = sampled_range(&st.samples, k) else {
                             // No samples (a model that was given): nothing to be near.
@@ -800,7 +857,7 @@ impl Pacora {
                             .clamp(v.floor[k], v.ceiling[k]);
                         if near != *s {
                             *s = near;
-                            reason = "approaching";
+                            reason = AllocationReason::Approaching;
                         }
                     }
                 }
@@ -1123,14 +1180,30 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         return;
     }
     let tau = v.response_time();
-    let missed = st
+    // The model's error, relative to the measured response time (positive: it predicted
+    // slower than measured), if it missed by more than PHASE_CHANGE.
+    let miss = st
         .model
         .as_ref()
-        .is_some_and(|m| ((m.eval(&v.share) - tau) / tau).abs() > PHASE_CHANGE);
+        .map(|m| (m.eval(&v.share) - tau) / tau)
+        .filter(|e| e.abs() > PHASE_CHANGE);
+    let missed = miss.is_some();
     let n = v.uses.len();
-    if missed && n == 1 {
-        st.samples.clear();
-        st.model = None;
+    if n == 1 {
+        // One pool: a new phase is two misses in a row on the same side. A single one is
+        // noise until the next period says otherwise (a batch job's throughput varies by
+        // several times at one share, with its input): it is fitted with the others. The
+        // second starts the new phase from both periods.
+        let side = miss.map(f64::signum);
+        if side.is_some() && side == st.missed_side {
+            let first = st.samples.pop_back();
+            st.samples.clear();
+            st.samples.extend(first);
+            st.model = None;
+            st.missed_side = None;
+        } else {
+            st.missed_side = side;
+        }
     }
     st.samples.push_back(Sample {
         alloc: v.share.clone(),
@@ -1309,8 +1382,8 @@ mod tests {
     }
 
     /// Whether `a` was decided for `reason`, or held (`no-event`) since a round that was.
-    fn settled(a: &Allocation, reason: &str) -> bool {
-        a.reason == reason || a.reason == "no-event"
+    fn settled(a: &Allocation, reason: AllocationReason) -> bool {
+        a.reason == reason || a.reason == AllocationReason::NoEvent
     }
 
     /// Runs `rounds` rounds of the policy against `plants`; returns the last allocations.
@@ -1350,7 +1423,11 @@ mod tests {
             12,
             0,
         );
-        assert!(last.iter().all(|a| settled(a, "meets-target")), "{last:?}");
+        assert!(
+            last.iter()
+                .all(|a| settled(a, AllocationReason::MeetsTarget)),
+            "{last:?}"
+        );
         // The least shares with 10% margin: enc 0.012 / (1/33 - 0.002) = 0.421, idx 0.55.
         assert!((shares[0] - 0.421).abs() < 0.03, "{shares:?}");
         assert!((shares[1] - 0.55).abs() < 0.03, "{shares:?}");
@@ -1384,7 +1461,7 @@ mod tests {
             view("other", 0.0001, idx.rate(0.0001, 9), 1000.0, 1.0),
             v,
         ]);
-        assert_eq!(a[2].reason, "learning");
+        assert_eq!(a[2].reason, AllocationReason::Learning);
         assert!(a[2].share[0] > 0.5, "{a:?}");
     }
 
@@ -1408,7 +1485,7 @@ mod tests {
         let mut video = view("video", 0.5, 40.0, 270.0, 100.0);
         video.ceiling = vec![9.5];
         let a = p.decide(&[hog.clone(), video.clone()]);
-        assert_eq!(a[1].reason, "learning");
+        assert_eq!(a[1].reason, AllocationReason::Learning);
         assert!(a[1].share[0] > 2.0, "{a:?}");
         let total: f64 = a.iter().map(|x| x.share[0]).sum();
         assert!(total <= 9.5 + 1e-9, "{a:?}");
@@ -1449,7 +1526,7 @@ mod tests {
         v.ceiling = vec![9.5];
         v.known = Some(m);
         let a = p.decide(&[v]);
-        assert_eq!(a[0].reason, "meets-target");
+        assert_eq!(a[0].reason, AllocationReason::MeetsTarget);
         assert!((a[0].share[0] - 2.376).abs() < 1e-9, "{a:?}");
     }
 
@@ -1470,7 +1547,7 @@ mod tests {
         v.ceiling = vec![40.0];
         v.known = Some(m);
         let a = p.decide(&[v]);
-        assert_eq!(a[0].reason, "trade-off", "{a:?}");
+        assert_eq!(a[0].reason, AllocationReason::TradeOff, "{a:?}");
         assert!((a[0].share[0] - 40.0).abs() < 1e-6, "{a:?}");
     }
 
@@ -1505,7 +1582,10 @@ mod tests {
             16,
             0,
         );
-        assert!(last.iter().all(|a| settled(a, "trade-off")), "{last:?}");
+        assert!(
+            last.iter().all(|a| settled(a, AllocationReason::TradeOff)),
+            "{last:?}"
+        );
         assert!(shares.iter().sum::<f64>() <= 0.8 + 1e-6, "{shares:?}");
         assert!(shares[0] > shares[1] + 0.05, "{shares:?}");
         // The optimum of the true problem (Clarabel) within a few percent.
@@ -1543,8 +1623,31 @@ mod tests {
         run(&mut p, &[("enc", &light, 30.0, 1.0)], &mut shares, 10, 0);
         assert!((shares[0] - 0.33).abs() < 0.03, "{shares:?}");
         let last = run(&mut p, &[("enc", &heavy, 30.0, 1.0)], &mut shares, 10, 10);
-        assert!(settled(&last[0], "meets-target"), "{last:?}");
+        assert!(settled(&last[0], AllocationReason::MeetsTarget), "{last:?}");
         assert!((shares[0] - 0.66).abs() < 0.05, "{shares:?}");
+    }
+
+    #[test]
+    fn one_outlying_period_is_noise_and_two_on_one_side_are_a_new_phase() {
+        let plant = Plant { tau0: 0.0, w: 0.01 };
+        let mut p = Pacora::new(PacoraConfig::default());
+        let mut shares = [1.0];
+        run(&mut p, &[("job", &plant, 30.0, 1.0)], &mut shares, 10, 0);
+        assert!(p.model("job").is_some());
+        let phase_change = |p: &Pacora| p.last_events().iter().any(|e| e == "job: phase change");
+        let s = shares[0];
+        // One period at half the rate, one at twice: each alone is noise, the model stays.
+        for (k, factor) in [(10, 0.5), (11, 2.0), (12, 1.0)] {
+            p.decide(&[view("job", s, factor * plant.rate(s, k), 30.0, 1.0)]);
+            assert!(!phase_change(&p), "{:?}", p.last_events());
+            assert!(p.model("job").is_some(), "period {k}");
+        }
+        // Two in a row at half the rate: a new phase, learned from those two periods.
+        p.decide(&[view("job", s, 0.5 * plant.rate(s, 13), 30.0, 1.0)]);
+        assert!(!phase_change(&p), "{:?}", p.last_events());
+        p.decide(&[view("job", s, 0.5 * plant.rate(s, 14), 30.0, 1.0)]);
+        assert!(phase_change(&p), "{:?}", p.last_events());
+        assert_eq!(p.cells["job"].samples.len(), 2);
     }
 
     #[test]
@@ -1558,7 +1661,7 @@ mod tests {
             let out = p.decide(&[v, quiet]);
             assert!(out[0].share[0] <= 0.3 + 1e-12, "{out:?}");
             assert_eq!(out[1].share[0], 0.2);
-            assert!(settled(&out[1], "no-rate"), "{out:?}");
+            assert!(settled(&out[1], AllocationReason::NoRate), "{out:?}");
         }
     }
 
@@ -1592,7 +1695,10 @@ mod tests {
             view("a", 0.3, plant.rate(0.3, 0), 10.0, 1.0),
             view("b", 0.3, plant.rate(0.3, 0), 10.0, 1.0),
         ]);
-        assert!(out.iter().all(|a| a.reason == "learning"), "{out:?}");
+        assert!(
+            out.iter().all(|a| a.reason == AllocationReason::Learning),
+            "{out:?}"
+        );
         assert!(
             out.iter().map(|a| a.share[0]).sum::<f64>() <= 0.6 + 1e-9,
             "{out:?}"
@@ -1609,13 +1715,16 @@ mod tests {
         // Settled: rounds of measurements with noise change nothing and solve nothing.
         let before = shares;
         let last = run(&mut p, &cells, &mut shares, 6, 12);
-        assert!(last.iter().all(|a| a.reason == "no-event"), "{last:?}");
+        assert!(
+            last.iter().all(|a| a.reason == AllocationReason::NoEvent),
+            "{last:?}"
+        );
         assert!(p.last_events().is_empty(), "{:?}", p.last_events());
         assert_eq!(shares, before);
         // A new target is an event: the round solves again and says why.
         let faster = [("enc", &enc, 40.0, 1.0), ("idx", &idx, 10.0, 1.0)];
         let a = run(&mut p, &faster, &mut shares, 1, 18);
-        assert_eq!(a[0].reason, "meets-target", "{a:?}");
+        assert_eq!(a[0].reason, AllocationReason::MeetsTarget, "{a:?}");
         assert!(shares[0] > before[0] + 0.05, "{shares:?} vs {before:?}");
         assert_eq!(p.last_events(), ["enc: target or limits changed"]);
         // A cell that joins, and one that leaves, are events.
@@ -1630,7 +1739,10 @@ mod tests {
         p.retain(&["enc", "idx"]);
         let a = p.decide(&views[..2]);
         assert_eq!(p.last_events()[0], "new left");
-        assert!(a.iter().all(|a| a.reason != "no-event"), "{a:?}");
+        assert!(
+            a.iter().all(|a| a.reason != AllocationReason::NoEvent),
+            "{a:?}"
+        );
     }
 
     #[test]
@@ -1648,15 +1760,20 @@ mod tests {
         v.ceiling = vec![9.5];
         v.known = Some(known(0.008));
         let a = p.decide(&[v.clone()]);
-        assert_eq!(a[0].reason, "meets-target");
+        assert_eq!(a[0].reason, AllocationReason::MeetsTarget);
         v.share = vec![a[0].share[0]];
         // 3% more demand: within the margin's half, held.
         v.known = Some(known(0.008 * 1.03));
-        assert_eq!(p.decide(&[v.clone()])[0].reason, "no-event");
+        assert_eq!(p.decide(&[v.clone()])[0].reason, AllocationReason::NoEvent);
         // 10% more than when it was solved: solved again, sized for the new demand.
         v.known = Some(known(0.008 * 1.10));
         let a = p.decide(&[v.clone()]);
-        assert_eq!(a[0].reason, "meets-target", "{:?}", p.last_events());
+        assert_eq!(
+            a[0].reason,
+            AllocationReason::MeetsTarget,
+            "{:?}",
+            p.last_events()
+        );
         assert!(p.last_events()[0].starts_with("video: least share"));
         assert!((a[0].share[0] - 2.376 * 1.10).abs() < 1e-9, "{a:?}");
         v.share = vec![a[0].share[0]];
@@ -1679,7 +1796,7 @@ mod tests {
         });
         let mut shares = [0.9];
         let last = run(&mut p, &[("idx", &idx, 10.0, 1.0)], &mut shares, 20, 0);
-        assert_eq!(last[0].reason, "meets-target", "{last:?}");
+        assert_eq!(last[0].reason, AllocationReason::MeetsTarget, "{last:?}");
         assert_eq!(DecideOn::parse("period"), Ok(DecideOn::Period));
         assert_eq!(DecideOn::parse("events"), Ok(DecideOn::Events));
         assert!(DecideOn::parse("sometimes").is_err());
@@ -1821,10 +1938,10 @@ mod tests {
         for k in 0..30 {
             let v = joint_view("fetch", share, f.rate(&share, k), 10.0);
             last = p.decide(&[v]);
-            learning_rounds += (last[0].reason == "learning") as u32;
+            learning_rounds += (last[0].reason == AllocationReason::Learning) as u32;
             share = [last[0].share[0], last[0].share[1]];
         }
-        assert!(settled(&last[0], "meets-target"), "{last:?}");
+        assert!(settled(&last[0], AllocationReason::MeetsTarget), "{last:?}");
         assert!(learning_rounds <= 8, "{learning_rounds} rounds learning");
         let m = p.model("fetch").unwrap();
         assert_eq!(m.resources, 2);
@@ -1860,7 +1977,10 @@ mod tests {
         let mut fetch = joint_view("fetch", [0.4, 100.0], 5.0, 10.0);
         fetch.known = Some(f.model());
         let a = p.decide(&[idx.clone(), fetch.clone()]);
-        assert!(a.iter().all(|a| a.reason == "trade-off"), "{a:?}");
+        assert!(
+            a.iter().all(|a| a.reason == AllocationReason::TradeOff),
+            "{a:?}"
+        );
         let joint_penalty = |a: &[Allocation]| {
             let idx_tau = 0.05 / a[0].share[0];
             let fetch_tau = f.model().eval(&a[1].share);
@@ -1941,9 +2061,12 @@ mod tests {
         let on_a_missing_pool = CellView::single("x", 2, 0.5, 5.0, 10.0, 0.05, 1.9, 1.0);
         let ok = view("ok", 0.5, 5.0, 10.0, 1.0);
         let a = p.decide(&[v.clone(), on_a_missing_pool, ok]);
-        assert_eq!((a[0].reason, a[1].reason), ("bad-view", "bad-view"));
+        assert_eq!(
+            (a[0].reason, a[1].reason),
+            (AllocationReason::BadView, AllocationReason::BadView)
+        );
         assert_eq!(a[0].share, v.share);
-        assert_eq!(a[2].reason, "learning");
+        assert_eq!(a[2].reason, AllocationReason::Learning);
         assert!(p.model("fetch").is_none());
     }
 
@@ -1960,7 +2083,10 @@ mod tests {
         let mut flow = CellView::single("enc.net", 1, 5.0, 30.0, 30.0, 1.0, 200.0, 1.0);
         flow.known = Some(known(0.1));
         let a = p.decide(&[cpu.clone(), flow.clone()]);
-        assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
+        assert!(
+            a.iter().all(|a| a.reason == AllocationReason::MeetsTarget),
+            "{a:?}"
+        );
         cpu.share = a[0].share.clone();
         flow.share = a[1].share.clone();
         // The flow's demand doubles: the link is solved again, the harts are not.
@@ -1968,7 +2094,7 @@ mod tests {
         let a = p.decide(&[cpu.clone(), flow.clone()]);
         assert_eq!(
             (a[0].reason, a[1].reason),
-            ("no-event", "meets-target"),
+            (AllocationReason::NoEvent, AllocationReason::MeetsTarget),
             "{a:?}"
         );
         flow.share = a[1].share.clone();
@@ -1982,18 +2108,24 @@ mod tests {
             .model(),
         );
         let a = p.decide(&[cpu.clone(), flow.clone(), fetch.clone()]);
-        assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
+        assert!(
+            a.iter().all(|a| a.reason == AllocationReason::MeetsTarget),
+            "{a:?}"
+        );
         cpu.share = a[0].share.clone();
         flow.share = a[1].share.clone();
         fetch.share = a[2].share.clone();
         fetch.rate = 10.0;
         assert_eq!(
             p.decide(&[cpu.clone(), flow.clone(), fetch.clone()])[0].reason,
-            "no-event"
+            AllocationReason::NoEvent
         );
         flow.known = Some(known(0.4));
         let a = p.decide(&[cpu, flow, fetch]);
-        assert!(a.iter().all(|a| a.reason == "meets-target"), "{a:?}");
+        assert!(
+            a.iter().all(|a| a.reason == AllocationReason::MeetsTarget),
+            "{a:?}"
+        );
     }
 
     #[test]
@@ -2010,12 +2142,12 @@ mod tests {
         for k in 0..40 {
             let v = joint_view("fetch", share, f.rate(&share, k), 10.0);
             last = p.decide(&[v]);
-            if last[0].reason == "approaching" {
+            if last[0].reason == AllocationReason::Approaching {
                 break;
             }
             share = [last[0].share[0], last[0].share[1]];
         }
-        assert_eq!(last[0].reason, "approaching", "{last:?}");
+        assert_eq!(last[0].reason, AllocationReason::Approaching, "{last:?}");
         let most = p.cells["fetch"]
             .samples
             .iter()
@@ -2026,7 +2158,7 @@ mod tests {
         share = [last[0].share[0], last[0].share[1]];
         let v = joint_view("fetch", share, f.rate(&share, 41), 10.0);
         let next = p.decide(&[v]);
-        assert_ne!(next[0].reason, "no-event", "{next:?}");
+        assert_ne!(next[0].reason, AllocationReason::NoEvent, "{next:?}");
         // A ceiling far below the samples holds: the step never leaves the limits.
         let mut low = joint_view("fetch", share, f.rate(&share, 42), 10.0);
         low.ceiling = vec![0.1, 200.0];

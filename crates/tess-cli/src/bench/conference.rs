@@ -129,8 +129,11 @@ const DISPLAY_CELL: &str = "conf-display";
 const SERVICE_NAME: &str = "conf-net";
 const NETNS: &str = "tess-conf";
 const PORT: u16 = 9470;
-/// Seconds of each clip (a stream loops over it).
-const CLIP_SECS: u32 = 30;
+/// Shortest clip, seconds. A clip covers the whole run ([`clip_secs`]): its encoding has one
+/// IDR frame, at its start, and a stream that looped would send that keyframe again, every
+/// never-resized stream at the same instant, a burst of eight keyframes the scenario does not
+/// have (its only keyframes start a resize).
+const MIN_CLIP_SECS: u32 = 30;
 /// The two encodings: size and x264 bit rate, kbit/s.
 const SMALL: (&str, u32) = ("320x180", 200);
 const LARGE: (&str, u32) = ("640x360", 800);
@@ -150,23 +153,28 @@ fn cache_dir(a: &ConferenceArgs) -> PathBuf {
     super::support::cache_dir("conference", a.cache.as_deref())
 }
 
-fn clip_path(dir: &Path, (size, kbps): (&str, u32)) -> PathBuf {
-    dir.join(format!(
-        "clip-{size}-30fps-{kbps}k-{CLIP_SECS}s-one-idr.264"
-    ))
+/// Seconds of clip a run of `sched` plays without looping: from its start to its end (a
+/// stream that never resizes), with a second to spare.
+fn clip_secs(sched: &Schedule) -> u32 {
+    (sched.secs.ceil() as u32 + 1).max(MIN_CLIP_SECS)
 }
 
-fn ensure_clips(dir: &Path) -> anyhow::Result<[PathBuf; 2]> {
+fn clip_path(dir: &Path, (size, kbps): (&str, u32), secs: u32) -> PathBuf {
+    dir.join(format!("clip-{size}-30fps-{kbps}k-{secs}s-one-idr.264"))
+}
+
+fn ensure_clips(dir: &Path, sched: &Schedule) -> anyhow::Result<[PathBuf; 2]> {
+    let secs = clip_secs(sched);
     let mut out = Vec::new();
     for enc in [SMALL, LARGE] {
-        let p = clip_path(dir, enc);
+        let p = clip_path(dir, enc, secs);
         if !p.exists() {
             let rate = enc.1.to_string();
             super::decoders::encode_clip(
                 &p,
                 enc.0,
                 30,
-                CLIP_SECS,
+                secs,
                 &[
                     "--bitrate",
                     &rate,
@@ -199,7 +207,7 @@ fn run_role(a: &ConferenceArgs, role: &str) -> anyhow::Result<Report> {
     let need_addr = || addr.ok_or_else(|| anyhow::anyhow!("--role {role} needs --addr"));
     let json = match role {
         "sender" => {
-            let [small, large] = ensure_clips(&cache_dir(a))?;
+            let [small, large] = ensure_clips(&cache_dir(a), &sched)?;
             let load = |p: &Path| -> anyhow::Result<Vec<Vec<u8>>> {
                 Ok(super::decoders::load_units(p)?.to_vec())
             };
@@ -762,7 +770,7 @@ pub fn run(a: &ConferenceArgs) -> anyhow::Result<Report> {
         }
         None => tmp.path().to_path_buf(),
     };
-    ensure_clips(&cache_dir(a))?;
+    ensure_clips(&cache_dir(a), &schedule(a, 0))?;
     super::decoders::avcodec_lib()?;
     let pair = tess_music::netns::NetnsPair::create_on_free_prefix(NETNS)?;
     // The cable: a token bucket at the link rate (bytes/s), a 16 KiB bucket.

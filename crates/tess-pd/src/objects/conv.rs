@@ -187,6 +187,10 @@ impl BackgroundTask for LevelInBackground {
     fn due_within_ns(&self) -> u64 {
         self.due_within_ns
     }
+    fn probe(&self) -> super::WorkProbe {
+        let probe = self.task.probe();
+        Box::new(move || probe.in_flight())
+    }
 }
 
 /// One long level of a time-distributed `tess~conv`, as a node of the graph: runs the level's

@@ -169,7 +169,17 @@ pub trait BackgroundTask: Send + std::fmt::Debug {
     /// How urgent the task's work is: the time (ns) it has from being given work to being
     /// due. Shorter runs first (rate-monotonic).
     fn due_within_ns(&self) -> u64;
+    /// A check any idle hart may make, without claiming the task, before it claims it:
+    /// `false` only when [`BackgroundTask::run_piece`] would run nothing. Asked once, when
+    /// the graph is built. The default always says there may be work (a hart claims the task
+    /// to find out).
+    fn probe(&self) -> WorkProbe {
+        Box::new(|| true)
+    }
 }
+
+/// Whether a background task may have work ([`BackgroundTask::probe`]).
+pub type WorkProbe = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// Why an object could not be made.
 #[derive(Debug, thiserror::Error)]
