@@ -573,6 +573,21 @@ impl<C: Cells> Broker<C> {
             .min((capacity - others).max(0.0))
     }
 
+    /// What every heartbeat holds now, per pool of the policy: harts (CPU heartbeats' shares
+    /// as last read from tessd) and, with `[network]`, Mbit/s (every flow's).
+    fn held_per_pool(&self) -> Vec<f64> {
+        let mut held = vec![0.0; self.pacora.pools()];
+        for b in &self.brokered {
+            if b.resource == Resource::Cpu {
+                held[CPU_POOL] += b.status.share;
+            }
+            if let Some(net) = held.get_mut(NET_POOL) {
+                *net += b.flow_share();
+            }
+        }
+        held
+    }
+
     /// The Mbit/s every flow but heartbeat `i`'s holds now (flows of their own, and the flows
     /// of cells whose CPU heartbeats need them).
     fn flows_held_except(&self, i: usize) -> f64 {
@@ -883,7 +898,24 @@ impl<C: Cells> Broker<C> {
         let allocations = self.pacora.decide(&views);
         let events = self.pacora.last_events().to_vec();
         let mut refusals: Vec<Vec<String>> = vec![Vec::new(); views.len()];
-        let short = short_of_room(&views, &allocations, |p| self.pacora.capacity(p));
+        let min_step = self.config.min_step;
+        // Whether a change is big enough for the hysteresis (Mbit/s: relative to the link).
+        let beyond_hysteresis = |v: &CellView, a: &Allocation, j: usize| {
+            let step = match v.uses[j] {
+                CPU_POOL => min_step,
+                _ => min_step * v.ceiling[j],
+            };
+            (a.share[j] - v.share[j]).abs() >= step
+        };
+        let short = short_of_room(
+            &self.held_per_pool(),
+            &views,
+            &allocations,
+            |p| self.pacora.capacity(p),
+            |k, j| {
+                allocations[k].reason.is_step() || beyond_hysteresis(&views[k], &allocations[k], j)
+            },
+        );
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
             let ((i, t), v) = (&of[k], &views[k]);
             let to = allocations[k].share[j];
@@ -1058,32 +1090,34 @@ fn demand_model(w: f64) -> crate::pacora::ResponseModel {
     }
 }
 
-/// Per pool, whether the round's raises need more room than the pool has free with every share
-/// as it is now. Its lowerings are then applied however small: held back by the hysteresis,
-/// they would keep what a raise needs (a resized stream's flow once got 1.01 of the 1.19
-/// Mbit/s it needed while five small flows each kept 0.06 they had been lowered by).
+/// Per pool, whether the raises this round applies (`applies(view, index into its pools)`)
+/// need more room than the pool has free, `held` being what every heartbeat of each pool holds
+/// now (brokered this round or not). Its lowerings are then applied however small: held back
+/// by the hysteresis, they would keep what a raise needs (a resized stream's flow once got
+/// 1.01 of the 1.19 Mbit/s it needed while five small flows each kept 0.06 they had been
+/// lowered by). A raise the hysteresis holds back needs no room.
 fn short_of_room(
+    held: &[f64],
     views: &[CellView],
     allocations: &[Allocation],
     capacity: impl Fn(usize) -> f64,
+    applies: impl Fn(usize, usize) -> bool,
 ) -> Vec<bool> {
-    let pools = views
-        .iter()
-        .flat_map(|v| v.uses.iter())
-        .max()
-        .map_or(0, |&p| p + 1);
-    let (mut held, mut raises) = (vec![0.0; pools], vec![0.0; pools]);
-    for (v, a) in views.iter().zip(allocations) {
+    let mut need = held.to_vec();
+    for (k, (v, a)) in views.iter().zip(allocations).enumerate() {
         if a.reason == AllocationReason::BadView {
             continue;
         }
         for (j, &p) in v.uses.iter().enumerate() {
-            held[p] += v.share[j];
-            raises[p] += (a.share[j] - v.share[j]).max(0.0);
+            let raise = a.share[j] - v.share[j];
+            if raise > 0.0 && applies(k, j) {
+                need[p] += raise;
+            }
         }
     }
-    (0..pools)
-        .map(|p| held[p] + raises[p] > capacity(p) * (1.0 + 1e-9))
+    need.iter()
+        .enumerate()
+        .map(|(p, n)| *n > capacity(p) * (1.0 + 1e-9))
         .collect()
 }
 
@@ -1202,15 +1236,16 @@ mod tests {
         let (views, allocations): (Vec<_>, Vec<_>) = round.into_iter().unzip();
         let held: f64 = views.iter().map(|v| v.share[0]).sum();
         assert!((held - 9.5).abs() < 1e-9, "{held}");
-        assert_eq!(
-            short_of_room(&views, &allocations, |_| 9.5),
-            vec![false, true]
-        );
+        let all = |_: usize, _: usize| true;
+        let held = [0.0, held];
+        let short = |capacity: f64, applies: &dyn Fn(usize, usize) -> bool| {
+            short_of_room(&held, &views, &allocations, |_| capacity, applies)
+        };
+        assert_eq!(short(9.5, &all), vec![false, true]);
         // With room for the raise, they may wait.
-        assert_eq!(
-            short_of_room(&views, &allocations, |_| 10.5),
-            vec![false, false]
-        );
+        assert_eq!(short(10.5, &all), vec![false, false]);
+        // A raise the hysteresis holds back needs no room.
+        assert_eq!(short(9.5, &|_, _| false), vec![false, false]);
     }
 
     #[test]

@@ -434,6 +434,11 @@ impl Pacora {
         }
     }
 
+    /// How many pools it allocates.
+    pub fn pools(&self) -> usize {
+        self.pools.len()
+    }
+
     /// What pool `pool` holds now.
     pub fn capacity(&self, pool: usize) -> f64 {
         self.pools[pool].capacity.unwrap_or_else(|| {
@@ -1177,6 +1182,8 @@ fn spread(samples: &VecDeque<Sample>, pools: usize) -> Vec<f64> {
 /// Adds the period's sample, drops the old phase if the model missed it, refits.
 fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
     if v.silent() || !v.share.iter().all(|s| *s > 0.0) {
+        // Nothing measured: the next miss is not in a row with the last.
+        st.missed_side = None;
         return;
     }
     let tau = v.response_time();
@@ -1199,11 +1206,17 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
             let first = st.samples.pop_back();
             st.samples.clear();
             st.samples.extend(first);
+            st.samples.push_back(Sample {
+                alloc: v.share.clone(),
+                tau,
+            });
+            // No fit in this round, even from two spread samples: the model is gone, so the
+            // round reports the phase change and solves again (a learning step).
             st.model = None;
             st.missed_side = None;
-        } else {
-            st.missed_side = side;
+            return;
         }
+        st.missed_side = side;
     }
     st.samples.push_back(Sample {
         alloc: v.share.clone(),
@@ -1648,6 +1661,23 @@ mod tests {
         p.decide(&[view("job", s, 0.5 * plant.rate(s, 14), 30.0, 1.0)]);
         assert!(phase_change(&p), "{:?}", p.last_events());
         assert_eq!(p.cells["job"].samples.len(), 2);
+        // The same at two shares far enough apart to fit: still a phase change, reported.
+        run(&mut p, &[("job", &plant, 30.0, 1.0)], &mut shares, 10, 20);
+        assert!(p.model("job").is_some());
+        let s = shares[0];
+        p.decide(&[view("job", s, 0.5 * plant.rate(s, 30), 30.0, 1.0)]);
+        assert!(!phase_change(&p), "{:?}", p.last_events());
+        let t = 1.5 * s;
+        p.decide(&[view("job", t, 0.5 * plant.rate(t, 31), 30.0, 1.0)]);
+        assert!(phase_change(&p), "{:?}", p.last_events());
+        // A period with no beats between two misses: not in a row.
+        run(&mut p, &[("job", &plant, 30.0, 1.0)], &mut shares, 10, 40);
+        let s = shares[0];
+        p.decide(&[view("job", s, 0.5 * plant.rate(s, 50), 30.0, 1.0)]);
+        p.decide(&[view("job", s, 0.0, 30.0, 1.0)]);
+        p.decide(&[view("job", s, 0.5 * plant.rate(s, 52), 30.0, 1.0)]);
+        assert!(!phase_change(&p), "{:?}", p.last_events());
+        assert!(p.model("job").is_some());
     }
 
     #[test]
