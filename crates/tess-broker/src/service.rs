@@ -581,22 +581,22 @@ impl<C: Cells> Broker<C> {
             if b.resource == Resource::Cpu {
                 held[CPU_POOL] += b.status.share;
             }
-            if let Some(net) = held.get_mut(NET_POOL) {
-                *net += b.flow_share();
-            }
+        }
+        if let Some(net) = held.get_mut(NET_POOL) {
+            *net = self.flows_held();
         }
         held
     }
 
-    /// The Mbit/s every flow but heartbeat `i`'s holds now (flows of their own, and the flows
-    /// of cells whose CPU heartbeats need them).
+    /// The Mbit/s every flow holds now (flows of their own, and the flows of cells whose CPU
+    /// heartbeats need them).
+    fn flows_held(&self) -> f64 {
+        self.brokered.iter().map(Brokered::flow_share).sum()
+    }
+
+    /// The Mbit/s every flow but heartbeat `i`'s holds now.
     fn flows_held_except(&self, i: usize) -> f64 {
-        self.brokered
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, b)| b.flow_share())
-            .sum()
+        self.flows_held() - self.brokered[i].flow_share()
     }
 
     /// Gives heartbeat `i`'s flow `to` Mbit/s; a refusal leaves the share in force and says
@@ -899,21 +899,15 @@ impl<C: Cells> Broker<C> {
         let events = self.pacora.last_events().to_vec();
         let mut refusals: Vec<Vec<String>> = vec![Vec::new(); views.len()];
         let min_step = self.config.min_step;
-        // Whether a change is big enough for the hysteresis (Mbit/s: relative to the link).
-        let beyond_hysteresis = |v: &CellView, a: &Allocation, j: usize| {
-            let step = match v.uses[j] {
-                CPU_POOL => min_step,
-                _ => min_step * v.ceiling[j],
-            };
-            (a.share[j] - v.share[j]).abs() >= step
-        };
         let short = short_of_room(
             &self.held_per_pool(),
             &views,
             &allocations,
             |p| self.pacora.capacity(p),
             |k, j| {
-                allocations[k].reason.is_step() || beyond_hysteresis(&views[k], &allocations[k], j)
+                let (v, to) = (&views[k], allocations[k].share[j]);
+                allocations[k].reason.is_step()
+                    || (to - v.share[j]).abs() >= min_change(min_step, v, j)
             },
         );
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
@@ -925,7 +919,7 @@ impl<C: Cells> Broker<C> {
             let applied = match v.uses[j] {
                 CPU_POOL => {
                     let t = t.as_ref().expect("a CPU share has its cell");
-                    if (to - t.current).abs() < self.config.min_step && !step {
+                    if (to - t.current).abs() < min_change(min_step, v, j) && !step {
                         continue;
                     }
                     let r = self.apply_share(*i, t, to);
@@ -939,8 +933,7 @@ impl<C: Cells> Broker<C> {
                     let others = self.flows_held_except(*i);
                     let capacity = self.pacora.capacity(NET_POOL);
                     let to = to.min((capacity - others).max(v.share[j]));
-                    // Mbit/s: the hysteresis is relative to the link.
-                    if (to - v.share[j]).abs() < self.config.min_step * v.ceiling[j] && !step {
+                    if (to - v.share[j]).abs() < min_change(min_step, v, j) && !step {
                         continue;
                     }
                     self.set_flow(*i, to)
@@ -1087,6 +1080,15 @@ fn demand_model(w: f64) -> crate::pacora::ResponseModel {
         tau0: 0.0,
         w: vec![w],
         resources: 1,
+    }
+}
+
+/// The smallest change of view `v`'s share in its pool `j` the hysteresis lets through:
+/// `min_step` harts, or on the link `min_step` of the flow's ceiling (Mbit/s).
+fn min_change(min_step: f64, v: &CellView, j: usize) -> f64 {
+    match v.uses[j] {
+        CPU_POOL => min_step,
+        _ => min_step * v.ceiling[j],
     }
 }
 

@@ -345,11 +345,13 @@ struct CellState {
     /// The side its one-pool model missed the last period on by more than [`PHASE_CHANGE`]
     /// (the sign of the error), if it did: a second miss on that side is a new phase.
     missed_side: Option<f64>,
-    /// The least-reserving shares meeting its target under its model this round
-    /// ([`least_point`], computed once its sample is observed); `None`: no model, or no shares
-    /// within its ceilings meet the target.
-    least: Option<Vec<f64>>,
 }
+
+/// Per entry of a round, the least-reserving shares meeting its target under its model
+/// ([`least_point`], computed once the round's samples are observed: its model, target,
+/// limits and the pools' capacities are fixed from there on); `None`: no model, or no shares
+/// within its ceilings meet the target.
+type RoundLeast = BTreeMap<String, Option<Vec<f64>>>;
 
 /// What an entry's allocation was solved for; a change of any of it is an event.
 #[derive(Debug, Clone, PartialEq)]
@@ -502,15 +504,15 @@ impl Pacora {
 
     /// The least-reserving shares meeting `v`'s target under its model this round, each
     /// raised to its floor; infinite where none does.
-    fn least_raised(&self, v: &CellView) -> Vec<f64> {
-        match &self.cells[&v.cell].least {
+    fn least_raised(least: &RoundLeast, v: &CellView) -> Vec<f64> {
+        match least.get(&v.cell).and_then(Option::as_ref) {
             Some(a) => a.iter().zip(&v.floor).map(|(a, f)| a.max(*f)).collect(),
             None => vec![f64::INFINITY; v.uses.len()],
         }
     }
 
     /// The event entry `v` raises this round, if any (after its sample was observed).
-    fn event_of(&self, v: &CellView) -> Option<String> {
+    fn event_of(&self, v: &CellView, least: &RoundLeast) -> Option<String> {
         let st = &self.cells[&v.cell];
         if v.silent() {
             // Silent: nothing measured, nothing to act on.
@@ -519,7 +521,7 @@ impl Pacora {
         let Some(m) = &st.model else {
             return Some(format!("{}: learning", v.cell));
         };
-        let least = self.least_raised(v);
+        let least = Self::least_raised(least, v);
         let show = |l: &[f64]| {
             l.iter()
                 .map(|x| format!("{x:.3}"))
@@ -644,15 +646,17 @@ impl Pacora {
         }
         // Each model's least-reserving point, once a round: its model, target and limits, and
         // the pools' capacities, are fixed from here on.
+        let least: RoundLeast = views
+            .iter()
+            .map(|v| {
+                let m = self.cells[&v.cell].model.as_ref();
+                let point =
+                    m.and_then(|m| least_point(m, v, self.margin(v), &self.capacities_of(v)));
+                (v.cell.clone(), point)
+            })
+            .collect();
         for v in views {
-            let least = self.cells[&v.cell]
-                .model
-                .as_ref()
-                .and_then(|m| least_point(m, v, self.margin(v), &self.capacities_of(v)));
-            self.cells.get_mut(&v.cell).expect("observed above").least = least;
-        }
-        for v in views {
-            if let Some(e) = self.event_of(v) {
+            if let Some(e) = self.event_of(v, &least) {
                 heat(&v.uses);
                 if !events.contains(&e) {
                     events.push(e);
@@ -685,7 +689,7 @@ impl Pacora {
                 continue;
             }
             let solving: Vec<CellView> = members.iter().map(|&i| views[i].clone()).collect();
-            solved.extend(self.solve(&solving));
+            solved.extend(self.solve(&solving, &least));
             to_solve.extend(members);
         }
         for (i, v) in views.iter().enumerate() {
@@ -698,7 +702,7 @@ impl Pacora {
             let least = self.cells[&v.cell]
                 .model
                 .as_ref()
-                .map(|m| (self.least_raised(v), m.clone()));
+                .map(|m| (Self::least_raised(&least, v), m.clone()));
             let st = self.cells.get_mut(&v.cell).expect("observed above");
             st.solved_for = least.map(|(least, model)| Basis {
                 model,
@@ -733,7 +737,7 @@ impl Pacora {
     }
 
     /// Solves the allocation of every entry of `views` (the module docs' two cases).
-    fn solve(&mut self, views: &[CellView]) -> Vec<Allocation> {
+    fn solve(&mut self, views: &[CellView], least: &RoundLeast) -> Vec<Allocation> {
         let pools = self.pools.len();
         let capacity: Vec<f64> = (0..pools).map(|p| self.capacity(p)).collect();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
@@ -747,7 +751,7 @@ impl Pacora {
         let mut held = vec![0.0; pools];
         for v in views {
             let least = match &self.cells[&v.cell].model {
-                Some(_) if !v.silent() => Some(self.cells[&v.cell].least.clone()),
+                Some(_) if !v.silent() => Some(least[&v.cell].clone()),
                 _ => None,
             };
             for (k, &p) in v.uses.iter().enumerate() {
@@ -803,7 +807,7 @@ impl Pacora {
         // within its ceilings do).
         let a_min: Vec<Option<Vec<f64>>> = modelled
             .iter()
-            .map(|(i, _)| self.cells[&views[*i].cell].least.clone())
+            .map(|(i, _)| least[&views[*i].cell].clone())
             .collect();
         // Every target is met only if each entry has such shares and, each raised to its
         // floor, they fit every pool together.
