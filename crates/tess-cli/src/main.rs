@@ -5,6 +5,7 @@ mod broker;
 mod cmd;
 mod net;
 mod net_fetch;
+mod net_stream;
 mod output;
 
 use clap::{Parser, Subcommand};

@@ -11,6 +11,7 @@
 //! `tess net fetch --serve ADDR` is the matching server (kernel TCP, outside any cell): it
 //! answers every request with that many zero bytes.
 
+use crate::net_stream::NetStream;
 use clap::Args;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -108,30 +109,22 @@ pub fn run(a: FetchArgs) -> anyhow::Result<i32> {
 }
 
 /// A byte stream to the server: through the network service, or a kernel socket.
-fn connect(a: &FetchArgs) -> anyhow::Result<Box<dyn ReadWrite>> {
+fn connect(a: &FetchArgs) -> anyhow::Result<NetStream> {
     if a.kernel {
-        let s = TcpStream::connect(a.addr)
-            .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", a.addr))?;
-        let _ = s.set_nodelay(true);
-        return Ok(Box::new(s));
+        return NetStream::kernel(a.addr)
+            .map_err(|e| anyhow::anyhow!("connecting to {}: {e}", a.addr));
     }
     let net = a.service.as_deref().map_or_else(
         tess_net::client::Net::from_env,
         tess_net::client::Net::named,
     );
-    let mut s = net.tcp_connect(a.addr).map_err(|e| {
+    NetStream::through(&net, a.addr).map_err(|e| {
         anyhow::anyhow!(
             "connecting to {} through the network service: {e} (is tess-netd running? --kernel fetches without it)",
             a.addr
         )
-    })?;
-    // Waiting for an answer sleeps, as on a kernel socket: the CPU is the cell's to hash with.
-    s.set_wait(tess_net::client::Wait::Sleep);
-    Ok(Box::new(s))
+    })
 }
-
-trait ReadWrite: Read + Write {}
-impl<T: Read + Write> ReadWrite for T {}
 
 /// FNV-1a over `bytes`, `passes` times (each pass seeded by the last): CPU work in proportion
 /// to the bytes, which the compiler cannot skip.

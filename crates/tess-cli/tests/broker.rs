@@ -8,16 +8,7 @@ mod common;
 use common::{outcome, Daemon};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Kill(Vec<Child>);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use tess_testkit::Reaper;
 
 fn budget_ns(d: &Daemon, cell: &str) -> u64 {
     let v = d.json(&["cell", "show", cell]);
@@ -150,11 +141,12 @@ fn the_broker_moves_a_budget_and_leaves_a_pinned_cell_alone() {
         "period = \"300ms\"\n[cells.enc]\nfloor = 0.02\nceiling = 0.5\n",
     );
     let broker_pid = broker.id() as i32;
-    let mut kill = Kill(vec![broker]);
+    let mut kill = Reaper::default();
+    kill.push(broker);
     // A target of 1 frame per second: far below what 3 ms per 10 ms moves, so the broker must
     // take budget away, down to the floor.
-    kill.0.extend(feeder(&d, "enc", "1/s", &sock));
-    kill.0.extend(feeder(&d, "fixed", "1/s", &sock));
+    kill.extend(feeder(&d, "enc", "1/s", &sock));
+    kill.extend(feeder(&d, "fixed", "1/s", &sock));
     let t0 = Instant::now();
     let initial = 3_000_000;
     loop {
@@ -226,8 +218,9 @@ fn a_manifests_broker_limits_bound_the_share() {
     let shown = d.json(&["cell", "show", "enc"]);
     assert_eq!(shown["broker"]["floor"].as_f64(), Some(0.15), "{shown}");
     let (_bdir, sock, status, broker) = start_broker(&d, "period = \"300ms\"\n");
-    let mut kill = Kill(vec![broker]);
-    kill.0.extend(feeder(&d, "enc", "1/s", &sock));
+    let mut kill = Reaper::default();
+    kill.push(broker);
+    kill.extend(feeder(&d, "enc", "1/s", &sock));
     let wait_for = |what: &str, ok: &dyn Fn(u64) -> bool| {
         let t0 = Instant::now();
         while !ok(budget_ns(&d, "enc")) {
@@ -280,9 +273,10 @@ fn the_pacora_policy_sizes_cells_through_tessd() {
         "period = \"300ms\"\npolicy = \"pacora\"\n[cells.enc]\nfloor = 0.02\nslope = 2\n\
          [cells.idx]\nfloor = 0.02\n",
     );
-    let mut kill = Kill(vec![broker]);
-    kill.0.extend(feeder(&d, "enc", "1/s", &sock));
-    kill.0.extend(feeder(&d, "idx", "1/s", &sock));
+    let mut kill = Reaper::default();
+    kill.push(broker);
+    kill.extend(feeder(&d, "enc", "1/s", &sock));
+    kill.extend(feeder(&d, "idx", "1/s", &sock));
     let t0 = Instant::now();
     let floor_ns = 200_000; // 0.02 harts of a 10 ms period
     while budget_ns(&d, "enc") > 2 * floor_ns || budget_ns(&d, "idx") > 2 * floor_ns {
@@ -380,26 +374,11 @@ fn flow_spec(d: &Daemon, service: &str, flow: &str) -> Option<(u64, u64)> {
 
 /// Starts a `tess-netd` named `name` with a 100 Mbit/s link under `d`, and waits until it
 /// serves.
-fn start_netd(d: &Daemon, name: &str) -> Child {
-    let dir = tempfile::tempdir().unwrap();
-    let ready = dir.path().join("netd.ready");
-    let netd = Command::new(tess_testkit::built("tess-netd"))
-        .args(["--name", name, "--wait", "epoll", "--max-datagram", "1500"])
-        .args(["--capacity", "100mbit,100kpps", "--ready-file"])
-        .arg(&ready)
-        .env("TESS_SOCKET", &d.socket)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !ready.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "tess-netd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    netd
+fn start_netd(d: &Daemon, name: &str) -> Reaper {
+    d.start_netd_with(
+        name,
+        &["--max-datagram", "1500", "--capacity", "100mbit,100kpps"],
+    )
 }
 
 #[test]
@@ -420,12 +399,12 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
         "0",
     ]);
     assert_eq!(outcome(&o).0, 0, "{}", outcome(&o).1);
-    let mut kill = Kill(vec![start_netd(&d, "net-brk")]);
+    let mut kill = start_netd(&d, "net-brk");
     let (_bdir, sock, status, broker) = start_broker(
         &d,
         "policy = \"pacora\"\nperiod = \"300ms\"\n[network]\nservice = \"net-brk\"\ncapacity = 40\n[cells.\"hog.net\"]\nfloor = 1\ninitial = 5\n",
     );
-    kill.0.push(broker);
+    kill.push(broker);
     let source = zero_source();
     let now_ns = tess_heartbeat::clock::now_ns();
     let hog = Command::new(common::tess_bin())
@@ -439,7 +418,8 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut download = Kill(vec![hog]);
+    let mut download = Reaper::default();
+    download.push(hog);
     let mut seen_initial = false;
     let t0 = Instant::now();
     loop {
@@ -467,7 +447,7 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
     );
     assert!(reasons.contains(&"trade-off"), "{reasons:?}");
     // The download ends: its heartbeat goes, and the broker gives the reservation back.
-    drop(Kill(std::mem::take(&mut download.0)));
+    drop(download);
     let t0 = Instant::now();
     while flow_spec(&d, "net-brk", "cell:hog").is_some() {
         assert!(
@@ -481,7 +461,7 @@ fn the_pacora_policy_gives_a_flow_its_share_of_the_link() {
 }
 
 /// `tess net fetch`'s server on loopback: answers each 4-byte length with that many bytes.
-fn fetch_server(d: &Daemon) -> (std::net::SocketAddr, Kill) {
+fn fetch_server(d: &Daemon) -> (std::net::SocketAddr, Reaper) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
@@ -496,7 +476,9 @@ fn fetch_server(d: &Daemon) -> (std::net::SocketAddr, Kill) {
         assert!(t0.elapsed() < Duration::from_secs(10), "no fetch server");
         std::thread::sleep(Duration::from_millis(20));
     }
-    (addr, Kill(vec![server]))
+    let mut reaper = Reaper::default();
+    reaper.push(server);
+    (addr, reaper)
 }
 
 #[test]
@@ -509,10 +491,9 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
     // the target.
     let d = Daemon::start();
     create_cells(&d, &[("fetch", false)]);
-    let mut kill = Kill(vec![start_netd(&d, "net-jnt")]);
+    let mut kill = start_netd(&d, "net-jnt");
     let (addr, server) = fetch_server(&d);
-    let mut server = server;
-    kill.0.append(&mut server.0);
+    kill.append(server);
     let fetch_args = |target: &str| -> Vec<String> {
         let mut a: Vec<String> = ["net", "fetch", &addr.to_string(), "--chunk", "16384"]
             .iter()
@@ -541,7 +522,7 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
          [cells.fetch]\nnetwork = true\nfloor = 0.1\nceiling = 0.6\n\
          [cells.\"fetch.net\"]\nfloor = 0.5\ninitial = 2\n",
     );
-    kill.0.push(broker);
+    kill.push(broker);
     let run = Command::new(common::tess_bin())
         .args(["run", "--cell", "fetch", "--"])
         .arg(common::tess_bin())
@@ -552,7 +533,7 @@ fn the_pacora_policy_sizes_a_cells_harts_and_flow_together() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    kill.0.push(run);
+    kill.push(run);
     let read = || -> serde_json::Value {
         serde_json::from_str(&broker_status(&status, true)).unwrap_or_default()
     };

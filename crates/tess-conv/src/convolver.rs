@@ -107,7 +107,7 @@ pub struct Convolver {
     /// task runs its share of is the next one to be processed).
     callback: Arc<AtomicU64>,
     late: u64,
-    /// The level tasks were handed out ([`Mode::Scheduled`]).
+    /// The level tasks were handed out ([`Mode::Scheduled`], [`Mode::Background`]).
     tasks_taken: bool,
 }
 
@@ -207,6 +207,12 @@ impl Convolver {
                 broken: None,
             })
             .collect()
+    }
+
+    /// The long levels' tasks were handed out ([`Convolver::take_level_tasks`] gave at least
+    /// one): [`Convolver::process`] runs level 0 only, and the tasks do the rest.
+    pub fn long_levels_taken(&self) -> bool {
+        self.tasks_taken && !self.long.is_empty()
     }
 
     /// The plan.

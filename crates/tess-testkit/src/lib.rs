@@ -440,6 +440,11 @@ impl Tessd {
     /// daemon's nameserver as `name`, epoll-waiting, and returns once it has registered; its log
     /// is `DIR/netd-NAME.log`. The returned reaper kills it by pid: drop it before the daemon.
     pub fn start_netd(&self, name: &str) -> Reaper {
+        self.start_netd_with(name, &[])
+    }
+
+    /// [`Tessd::start_netd`] with more of `tess-netd`'s options (a link's `--capacity`, say).
+    pub fn start_netd_with(&self, name: &str, options: &[&str]) -> Reaper {
         let ready = self.dir.path().join(format!("netd-{name}.ready"));
         let log = self.dir.path().join(format!("netd-{name}.log"));
         let mut reaper = Reaper::default();
@@ -447,6 +452,7 @@ impl Tessd {
             Command::new(built("tess-netd"))
                 .args(["--name", name, "--wait", "epoll", "--ready-file"])
                 .arg(&ready)
+                .args(options)
                 .env("TESS_SOCKET", &self.socket)
                 .stdout(Stdio::null())
                 .stderr(File::create(&log).expect("creating the service's log"))
@@ -476,6 +482,17 @@ impl Reaper {
     pub fn push(&mut self, c: Child) -> &mut Child {
         self.0.push(c);
         self.0.last_mut().expect("just pushed")
+    }
+
+    /// Moves `other`'s children here (they are then killed with these, in reverse order).
+    pub fn append(&mut self, mut other: Reaper) {
+        self.0.append(&mut other.0);
+    }
+}
+
+impl Extend<Child> for Reaper {
+    fn extend<I: IntoIterator<Item = Child>>(&mut self, children: I) {
+        self.0.extend(children);
     }
 }
 

@@ -32,12 +32,8 @@ const MAX_BACKGROUND_PARTITION: usize = 16_384;
 pub struct TessConv {
     name: String,
     conv: Option<Convolver>,
-    ir_len: usize,
     /// The engine's count of late steps.
     late: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
-    /// The long levels were handed out (to the graph as parts, or to its background work):
-    /// the object's own node runs level 0 only.
-    levels_handed_out: bool,
     /// The engine's sample rate (from the last DSP start).
     sample_rate: f32,
 }
@@ -46,7 +42,7 @@ impl std::fmt::Debug for TessConv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TessConv")
             .field("name", &self.name)
-            .field("ir_len", &self.ir_len)
+            .field("ir_len", &self.conv.as_ref().map_or(0, |c| c.plan().ir_len))
             .finish()
     }
 }
@@ -65,8 +61,6 @@ impl PdObject for TessConv {
     }
     fn prepare(&mut self, env: &DspEnv<'_>) {
         self.conv = None;
-        self.ir_len = 0;
-        self.levels_handed_out = false;
         self.sample_rate = env.sample_rate;
         let Some(array) = env.shared.array(&self.name) else {
             return;
@@ -104,7 +98,6 @@ impl PdObject for TessConv {
             return;
         };
         self.conv = Convolver::new(&ir, &plan, mode, when_late).ok();
-        self.ir_len = ir.len();
         self.late = Some(env.shared.conv_late.clone());
     }
     fn perform(&mut self, ins: &[&[f32]], outs: &mut [&mut [f32]]) {
@@ -122,12 +115,14 @@ impl PdObject for TessConv {
     }
     fn cost_hint_ns(&self) -> u32 {
         // about a nanosecond per 256 response samples per block, plus level 0 (see the
-        // library's cost example); with parts, they carry the long levels
+        // library's cost example); once handed out (to the graph as parts, or to its
+        // background work), the long levels are not this node's
         match &self.conv {
-            Some(c) if self.levels_handed_out => {
+            Some(c) if c.long_levels_taken() => {
                 CostModel::default().level_ns(&c.plan().levels[0]) as u32 + 200
             }
-            _ => 500 + (self.ir_len / 256) as u32,
+            Some(c) => 500 + (c.plan().ir_len / 256) as u32,
+            None => 500,
         }
     }
     fn background_tasks(&mut self) -> Vec<Box<dyn BackgroundTask>> {
@@ -139,8 +134,7 @@ impl PdObject for TessConv {
             return Vec::new();
         };
         let rate = self.sample_rate;
-        let tasks: Vec<Box<dyn BackgroundTask>> = c
-            .take_level_tasks()
+        c.take_level_tasks()
             .into_iter()
             .map(|task| {
                 // due one period of the level after its input is complete
@@ -150,9 +144,7 @@ impl PdObject for TessConv {
                     due_within_ns,
                 }) as Box<dyn BackgroundTask>
             })
-            .collect();
-        self.levels_handed_out = !tasks.is_empty();
-        tasks
+            .collect()
     }
     fn parallel_parts(&mut self) -> Vec<Box<dyn PdObject>> {
         let Some(c) = self
@@ -162,13 +154,10 @@ impl PdObject for TessConv {
         else {
             return Vec::new();
         };
-        let parts: Vec<Box<dyn PdObject>> = c
-            .take_level_tasks()
+        c.take_level_tasks()
             .into_iter()
             .map(|task| Box::new(LevelPart::new(task)) as Box<dyn PdObject>)
-            .collect();
-        self.levels_handed_out = !parts.is_empty();
-        parts
+            .collect()
     }
 }
 
@@ -233,9 +222,7 @@ pub fn create(class: &str, args: &[Atom]) -> Option<Box<dyn PdObject>> {
         Box::new(TessConv {
             name: sarg(args, 0),
             conv: None,
-            ir_len: 0,
             late: None,
-            levels_handed_out: false,
             sample_rate: 44_100.0,
         }) as Box<dyn PdObject>
     })

@@ -16,6 +16,7 @@
 
 use super::display::{self, Shown};
 use super::wire::{FrameHeader, Schedule, HEADER_LEN, HOG_HELLO, STREAMS};
+use crate::net_stream::NetStream;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -169,99 +170,37 @@ fn hog_source(mut c: std::net::TcpStream, sched: Schedule) -> anyhow::Result<()>
 // ---------------------------------------------------------------------------------------------
 // receivers: a TCP stream through the network service or the kernel
 
-/// A TCP connection to the sender.
-pub enum Conn {
-    /// Through the network service (its cell owns the socket).
-    Service(Box<tess_net::client::TcpStream>),
-    /// A kernel socket of this process (the Linux baseline).
-    Kernel(std::net::TcpStream),
-}
-
-impl Conn {
-    /// Connects to `to`, through the service named `service` if any (in its flow labelled
-    /// `flow`, if any), and says `hello`. A refused connection is tried again for up to 10 s
-    /// (the sender may still be loading its clips).
-    pub fn open(
-        to: SocketAddr,
-        service: Option<&str>,
-        flow: Option<&str>,
-        hello: u8,
-    ) -> anyhow::Result<Conn> {
-        let give_up = now_ns() + 10_000_000_000;
-        loop {
-            match Conn::connect(to, service, flow) {
-                Ok(mut c) => {
-                    c.write_all(&[hello])?;
-                    return Ok(c);
-                }
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::ConnectionRefused && now_ns() < give_up =>
-                {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => return Err(anyhow::anyhow!("connecting to {to}: {e}")),
-            }
-        }
-    }
-
-    fn connect(to: SocketAddr, service: Option<&str>, flow: Option<&str>) -> std::io::Result<Conn> {
-        Ok(match service {
+/// Connects to `to`, through the service named `service` if any (in its flow labelled `flow`,
+/// if any), and says `hello`. A refused connection is tried again for up to 10 s (the sender
+/// may still be loading its clips).
+pub fn open_conn(
+    to: SocketAddr,
+    service: Option<&str>,
+    flow: Option<&str>,
+    hello: u8,
+) -> anyhow::Result<NetStream> {
+    let give_up = now_ns() + 10_000_000_000;
+    loop {
+        let conn = match service {
             Some(s) => {
                 let net = tess_net::client::Net::named(s);
                 let net = match flow {
                     Some(f) => net.flow(f),
                     None => net,
                 };
-                let mut t = net.tcp_connect(to)?;
-                // A blocking reader (the hog) sleeps until data comes, as on a kernel socket.
-                t.set_wait(tess_net::client::Wait::Sleep);
-                Conn::Service(Box::new(t))
+                NetStream::through(&net, to)
             }
-            None => {
-                let t = std::net::TcpStream::connect(to)?;
-                let _ = t.set_nodelay(true);
-                Conn::Kernel(t)
+            None => NetStream::kernel(to),
+        };
+        match conn {
+            Ok(mut c) => {
+                c.write_all(&[hello])?;
+                return Ok(c);
             }
-        })
-    }
-
-    /// Makes reads give up after `t` (`WouldBlock` or `TimedOut`).
-    pub fn set_read_timeout(&mut self, t: Duration) -> std::io::Result<()> {
-        match self {
-            Conn::Service(s) => s.set_read_timeout(Some(t)),
-            Conn::Kernel(s) => s.set_read_timeout(Some(t)),
-        }
-    }
-
-    /// Makes reads return `WouldBlock` instead of waiting.
-    pub fn set_nonblocking(&mut self) -> std::io::Result<()> {
-        match self {
-            Conn::Service(s) => s.set_nonblocking(true),
-            Conn::Kernel(s) => s.set_nonblocking(true),
-        }
-    }
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Service(s) => s.read(buf),
-            Conn::Kernel(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Service(s) => s.write(buf),
-            Conn::Kernel(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Conn::Service(s) => s.flush(),
-            Conn::Kernel(s) => s.flush(),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && now_ns() < give_up => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(anyhow::anyhow!("connecting to {to}: {e}")),
         }
     }
 }
@@ -347,7 +286,7 @@ pub fn video(
                 (Some(stream_flow(k)), Arc::new(hb))
             }
         };
-        let mut conn = Conn::open(to, service, flow.as_deref(), k as u8)?;
+        let mut conn = open_conn(to, service, flow.as_deref(), k as u8)?;
         // A thread of its own sleeps in read until data comes; a thread serving several
         // streams polls them.
         let blocking = threads == VideoThreads::Stream;
@@ -412,7 +351,7 @@ pub enum VideoThreads {
 /// One incoming stream, as its thread holds it.
 struct StreamIn {
     stream: usize,
-    conn: Conn,
+    conn: NetStream,
     /// The heartbeat of the stream's flow (its own, or the cell's).
     net: Arc<Heartbeat>,
     /// The frame whose arrival was beaten already (on its header).
@@ -574,7 +513,7 @@ pub struct HogOut {
 /// Downloads as fast as the link allows until the sender stops.
 pub fn hog(to: SocketAddr, service: Option<&str>, sched: Schedule) -> anyhow::Result<HogOut> {
     let hb = Heartbeat::register(HOG_HB, Some(Target::PerUnit(INSATIABLE)))?;
-    let mut c = Conn::open(to, service, None, HOG_HELLO)?;
+    let mut c = open_conn(to, service, None, HOG_HELLO)?;
     // A held-back flow or a stalled service must not keep the hog past the grace period.
     c.set_read_timeout(Duration::from_millis(200))?;
     let mut out = HogOut::default();
