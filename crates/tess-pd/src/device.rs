@@ -140,10 +140,10 @@ impl std::fmt::Debug for Link {
 /// How long a receive waits before the serve loop looks at its stop flag and clock.
 const RECV_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// How long before the next packet is due the device's thread stops starting background
-/// pieces: a little more than the longest piece (one FFT of 2 x 16,384 points: 86 us by
-/// the cost model `tess bench convolution` measured here).
-const BACKGROUND_GUARD_NS: u64 = 150_000;
+/// How much earlier than a period after this packet arrived the next one may come: this
+/// packet's own lateness (the sender's timer, the network, the wake-up), which the device's
+/// thread leaves free of background pieces.
+const ARRIVAL_SLACK_NS: u64 = 50_000;
 
 impl Link {
     /// Binds `addr`: directly, or in the network service named `service`.
@@ -325,11 +325,11 @@ pub fn serve(
             turnaround.push(now_ns() - arrived);
         }
         // Background work (`tess~conv --conv background`) in the quiet part of the period:
-        // the next packet is due a period after this one arrived; stop a piece's length
-        // before that, so a piece never delays its answer (worker harts, if any, do the same
-        // while they wait for a block).
-        let quiet_until = arrived + (period_ns() as u64).saturating_sub(BACKGROUND_GUARD_NS);
-        while now_ns() < quiet_until && engine.run_background_piece() {}
+        // the next packet is due a period after this one arrived; only the pieces expected
+        // to end before then start, so a piece never delays its answer (worker harts, if
+        // any, run pieces while they wait for a block).
+        let next_due = arrived + (period_ns() as u64).saturating_sub(ARRIVAL_SLACK_NS);
+        engine.run_background_until(next_due);
     }
     turnaround.sort_unstable();
     report.turnaround_p50_us = percentile(&turnaround, 0.5);

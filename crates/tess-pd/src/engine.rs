@@ -179,12 +179,14 @@ impl Engine {
         &self.graph
     }
 
-    /// Runs one piece of the patch's background work (`tess~conv`'s long levels with
-    /// [`crate::shared::LongLevels::Background`]) on the calling thread; returns whether there
-    /// was any. A host calls it between blocks while it has time (the executor's worker harts
-    /// do the same on their own while they wait for a block).
-    pub fn run_background_piece(&self) -> bool {
-        self.graph.background.run_piece()
+    /// Runs the patch's background work (`tess~conv`'s long levels with
+    /// [`crate::shared::LongLevels::Background`]) on the calling thread until `deadline_ns`
+    /// (on `tess_sched::clock`), when the host owes its next block: a piece is started only
+    /// if it is expected to end by then ([`crate::graph::Background::run_piece_before`]).
+    /// Returns early when there is no work that fits. A host calls it between blocks (the
+    /// executor's worker harts run pieces on their own while they wait for a block).
+    pub fn run_background_until(&self, deadline_ns: u64) {
+        self.graph.background.run_until(deadline_ns);
     }
 
     /// Runs all the patch's background work there is now, on the calling thread (waiting for

@@ -26,8 +26,9 @@
 use crate::load::Program;
 use crate::objects::{BackgroundTask, PdObject, Port};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use tess_sched::clock::now_ns;
 
 /// One signal object, ready to run.
 #[derive(Debug)]
@@ -183,7 +184,7 @@ fn add_into(dst: &mut [f32], src: &[f32]) {
 /// The objects' background work ([`PdObject::background_tasks`]), most urgent first, run a
 /// piece at a time by whichever hart has nothing else to do: the executor's worker harts
 /// while they wait for the next block, and the host's thread between its blocks
-/// (`Engine::run_background_piece`). A hart claims a task for one piece, so two harts never
+/// (`Engine::run_background_until`). A hart claims a task for one piece, so two harts never
 /// run the same task at once, and returns to block work at the next piece boundary.
 #[derive(Debug, Default)]
 pub struct Background {
@@ -193,6 +194,10 @@ pub struct Background {
 struct BackgroundSlot {
     /// On a line of its own: idle harts try it on every spin.
     busy: crossbeam_utils::CachePadded<AtomicBool>,
+    /// How long the task's pieces take (ns): a running estimate ([`PieceTime`]), written by
+    /// the hart that holds the task, read by a host that must not start a piece it has no
+    /// time for ([`Background::run_piece_before`]).
+    piece_ns: AtomicU64,
     /// Whether the task may have work: looked at before claiming it, so that idle harts
     /// only read while no task has work.
     probe: crate::objects::WorkProbe,
@@ -229,6 +234,7 @@ impl Background {
                 .into_iter()
                 .map(|t| BackgroundSlot {
                     busy: crossbeam_utils::CachePadded::new(AtomicBool::new(false)),
+                    piece_ns: AtomicU64::new(t.piece_ns_hint()),
                     probe: t.probe(),
                     task: UnsafeCell::new(t),
                 })
@@ -244,7 +250,38 @@ impl Background {
     /// Runs one piece of the most urgent task that has work and that no other hart holds;
     /// returns whether a piece ran.
     pub fn run_piece(&self) -> bool {
-        self.try_piece() == PieceRun::Ran
+        self.try_piece(None) == PieceRun::Ran
+    }
+
+    /// [`Background::run_piece`] for a host that owes a block at `deadline_ns` (on
+    /// `tess_sched::clock`): only a task whose pieces are expected to end before then (by a
+    /// running estimate of their length, [`PieceTime`]) is run, so the block is not delayed
+    /// by a piece it would have to wait for.
+    pub fn run_piece_before(&self, deadline_ns: u64) -> bool {
+        self.try_piece(Some(deadline_ns)) == PieceRun::Ran
+    }
+
+    /// Runs pieces while there are any that fit before `deadline_ns`
+    /// ([`Background::run_piece_before`]): a host's time until its next block.
+    ///
+    /// If time is left when nothing fits, the estimate of each task that has work but did
+    /// not fit is lowered by a sixty-fourth ([`PieceTime::skipped`]), once per call: on one
+    /// hart nobody else would run such a task and time it again, so an estimate too high
+    /// (a first guess, a run of stretched pieces) would shut it out for good.
+    pub fn run_until(&self, deadline_ns: u64) {
+        while self.run_piece_before(deadline_ns) {}
+        let now = now_ns();
+        if now >= deadline_ns {
+            return;
+        }
+        for slot in self.tasks.iter().filter(|slot| (slot.probe)()) {
+            let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed));
+            if now + estimate.guarded() > deadline_ns {
+                // A plain store: a holder's update racing with it wins or loses, either is
+                // an estimate.
+                slot.piece_ns.store(estimate.skipped().0, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Runs every piece there is, on the calling thread, until no task has work: waits for a
@@ -252,7 +289,7 @@ impl Background {
     /// call it between blocks, so that no step is ever late.
     pub fn run_all(&self) {
         loop {
-            match self.try_piece() {
+            match self.try_piece(None) {
                 PieceRun::Ran => {}
                 PieceRun::Held => std::thread::yield_now(),
                 PieceRun::Idle => return,
@@ -260,13 +297,22 @@ impl Background {
         }
     }
 
-    fn try_piece(&self) -> PieceRun {
+    fn try_piece(&self, deadline_ns: Option<u64>) -> PieceRun {
         let mut held = false;
+        let now = deadline_ns.map(|_| now_ns());
         for slot in &self.tasks {
             if !(slot.probe)() {
                 // No step in flight: nothing to claim (and not held: a hart that holds it
                 // has finished its work).
                 continue;
+            }
+            if let (Some(deadline), Some(now)) = (deadline_ns, now) {
+                let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed));
+                if now + estimate.guarded() > deadline {
+                    // Work, but not for this host now (another task's pieces may be
+                    // shorter); not held either: the next call may find time for it.
+                    continue;
+                }
             }
             if slot.busy.load(Ordering::Relaxed)
                 || slot
@@ -278,8 +324,15 @@ impl Background {
                 continue;
             }
             let release = Release(&slot.busy);
+            let started = now_ns();
             // SAFETY: this hart set `busy`: the task is its own until `release` clears it.
             let ran = unsafe { (*slot.task.get()).run_piece() };
+            if ran {
+                // Before the release: the estimate is the holder's to write.
+                let took = now_ns().saturating_sub(started);
+                let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed)).after(took);
+                slot.piece_ns.store(estimate.0, Ordering::Relaxed);
+            }
             drop(release);
             if ran {
                 return PieceRun::Ran;
@@ -290,6 +343,40 @@ impl Background {
         } else {
             PieceRun::Idle
         }
+    }
+}
+
+/// A running estimate of how long a task's pieces take (ns; 0: not known yet): an
+/// exponentially weighted mean with weight 1/8, each sample clamped to twice the estimate
+/// first. The clamp is for the pieces the kernel preempted or an interrupt stretched: one
+/// such piece moves the estimate by at most an eighth, where an unclamped millisecond would
+/// shut the task out of every host's gap between blocks for a long while. A machine that is
+/// really slower than the first guess still gets there, an eighth at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PieceTime(u64);
+
+impl PieceTime {
+    /// The estimate after a piece that took `sample_ns`.
+    fn after(self, sample_ns: u64) -> PieceTime {
+        if self.0 == 0 {
+            return PieceTime(sample_ns.max(1));
+        }
+        let clamped = sample_ns.min(self.0.saturating_mul(2)) as i128;
+        let est = self.0 as i128;
+        PieceTime((est + (clamped - est) / 8).max(1) as u64)
+    }
+
+    /// The estimate after a host's gap between blocks had no time for the task: a
+    /// sixty-fourth lower ([`Background::run_until`]).
+    fn skipped(self) -> PieceTime {
+        PieceTime(self.0 - self.0 / 64)
+    }
+
+    /// The time to leave for a piece: the estimate is a mean over pieces of different kinds
+    /// (the forward FFT, a range of partitions, the inverse FFT), each sized to about the
+    /// same work, so half as much again.
+    fn guarded(self) -> u64 {
+        self.0 + self.0 / 2
     }
 }
 
@@ -731,5 +818,117 @@ impl DspGraph {
             // (an acquire of the done count) orders after this store.
             self.fired[k].store(true, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A background task whose pieces sleep `piece`, `pieces` of them.
+    #[derive(Debug)]
+    struct Sleeper {
+        piece: std::time::Duration,
+        hint_ns: u64,
+        left: usize,
+        ran: Arc<AtomicUsize>,
+    }
+
+    impl BackgroundTask for Sleeper {
+        fn run_piece(&mut self) -> bool {
+            if self.left == 0 {
+                return false;
+            }
+            std::thread::sleep(self.piece);
+            self.left -= 1;
+            self.ran.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        fn due_within_ns(&self) -> u64 {
+            1_000_000_000
+        }
+        fn piece_ns_hint(&self) -> u64 {
+            self.hint_ns
+        }
+    }
+
+    fn sleeper(piece_us: u64, hint_ns: u64, pieces: usize) -> (Background, Arc<AtomicUsize>) {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let task = Sleeper {
+            piece: std::time::Duration::from_micros(piece_us),
+            hint_ns,
+            left: pieces,
+            ran: ran.clone(),
+        };
+        (Background::new(vec![Box::new(task)]), ran)
+    }
+
+    #[test]
+    fn a_piece_expected_to_end_after_the_deadline_is_not_started() {
+        let (bg, ran) = sleeper(100, 5_000_000, 1);
+        assert!(!bg.run_piece_before(now_ns() + 1_000_000));
+        assert_eq!(ran.load(Ordering::Relaxed), 0);
+        assert!(bg.run_piece_before(now_ns() + 60_000_000));
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_first_timed_piece_replaces_an_unknown_estimate() {
+        // no hint: the first piece runs while there is any time left, and is timed
+        let (bg, ran) = sleeper(2_000, 0, 2);
+        assert!(!bg.run_piece_before(now_ns() - 1), "no time left");
+        assert!(bg.run_piece_before(now_ns() + 1_000_000));
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        assert!(bg.tasks[0].piece_ns.load(Ordering::Relaxed) >= 2_000_000);
+        // now known to take 2 ms: not started with 1 ms to go
+        assert!(!bg.run_piece_before(now_ns() + 1_000_000));
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn run_until_stops_when_no_piece_fits() {
+        // pieces of at least 1 ms (a sleep), 100 ms to go: some run, never 100
+        let (bg, ran) = sleeper(1_000, 1_000_000, 1_000);
+        bg.run_until(now_ns() + 100_000_000);
+        let n = ran.load(Ordering::Relaxed);
+        assert!(n > 0 && n < 100, "{n} pieces of 1 ms in 100 ms");
+    }
+
+    #[test]
+    fn a_task_shut_out_by_a_high_estimate_gets_another_try() {
+        // guessed at 10 ms, never run with 1 ms to go until the gaps it was shut out of
+        // have brought the guess down; on one hart nobody else would time it
+        let (bg, ran) = sleeper(10, 10_000_000, 1);
+        let mut gaps = 0;
+        while ran.load(Ordering::Relaxed) == 0 {
+            gaps += 1;
+            assert!(gaps < 1_000, "never tried again");
+            bg.run_until(now_ns() + 1_000_000);
+        }
+        assert!(gaps > 100, "{gaps}");
+        // a single try does not lower it
+        let (bg, _) = sleeper(10, 10_000_000, 1);
+        for _ in 0..300 {
+            bg.run_piece_before(now_ns() + 1_000_000);
+        }
+        assert_eq!(bg.tasks[0].piece_ns.load(Ordering::Relaxed), 10_000_000);
+    }
+
+    #[test]
+    fn the_estimate_follows_the_pieces_but_not_one_outlier() {
+        let est = PieceTime(80_000);
+        // a preempted piece of 5 ms: counted as twice the estimate, an eighth of the way
+        assert_eq!(est.after(5_000_000), PieceTime(90_000));
+        // a run of slower pieces gets there
+        let mut e = est;
+        for _ in 0..64 {
+            e = e.after(200_000);
+        }
+        assert!(e.0 > 195_000, "{e:?}");
+        // unknown: the first sample is taken whole
+        assert_eq!(PieceTime(0).after(5_000_000), PieceTime(5_000_000));
+        assert_eq!(PieceTime(6_400).skipped(), PieceTime(6_300));
+        assert_eq!(PieceTime(80_000).guarded(), 120_000);
     }
 }

@@ -144,9 +144,9 @@ pub fn play(
     // On a cell's harts, the runtime stopping (tessd deleted the cell) stops the play too.
     while k < total && !stop.load(Ordering::Relaxed) && !exec.stop_requested() {
         let release = t0 + k * period_ns;
-        // Until the block is due, this thread's time is the background work's (a piece
-        // at a time: the block waits for at most one).
-        while now_ns() < release && e.run_background_piece() {}
+        // Until the block is due, this thread's time is the background work's: the pieces
+        // expected to end before the release.
+        e.run_background_until(release);
         sleep_until_ns(release);
         let start = now_ns();
         control.poll(&mut e);

@@ -176,6 +176,10 @@ impl BackgroundTask for LevelInBackground {
     fn due_within_ns(&self) -> u64 {
         self.due_within_ns
     }
+    fn piece_ns_hint(&self) -> u64 {
+        // pieces are cut to about one FFT of the level
+        CostModel::default().fft_ns(&self.task.level()) as u64
+    }
     fn probe(&self) -> super::WorkProbe {
         let probe = self.task.probe();
         Box::new(move || probe.in_flight())

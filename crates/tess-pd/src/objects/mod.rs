@@ -169,6 +169,13 @@ pub trait BackgroundTask: Send + std::fmt::Debug {
     /// How urgent the task's work is: the time (ns) it has from being given work to being
     /// due. Shorter runs first (rate-monotonic).
     fn due_within_ns(&self) -> u64;
+    /// A first guess at how long a piece takes (ns), until the engine has timed some: a
+    /// host with a block due soon starts a piece only if it is expected to end before the
+    /// block ([`crate::graph::Background::run_piece_before`]). The default, 0, lets the first
+    /// piece run anywhere and be timed.
+    fn piece_ns_hint(&self) -> u64 {
+        0
+    }
     /// A check any idle hart may make, without claiming the task, before it claims it:
     /// `false` only when [`BackgroundTask::run_piece`] would run nothing. Asked once, when
     /// the graph is built. The default always says there may be work (a hart claims the task
