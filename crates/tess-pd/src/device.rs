@@ -326,8 +326,8 @@ pub fn serve(
         }
         // Background work (`tess~conv --conv background`) in the quiet part of the period:
         // the next packet is due a period after this one arrived; only the pieces expected
-        // to end before then start, so a piece never delays its answer (worker harts, if
-        // any, run pieces while they wait for a block).
+        // to end before then start, so that a piece does not delay its answer (worker harts,
+        // if any, run pieces while they wait for a block).
         let next_due = arrived + (period_ns() as u64).saturating_sub(ARRIVAL_SLACK_NS);
         engine.run_background_until(next_due);
     }

@@ -198,6 +198,8 @@ struct BackgroundSlot {
     /// the hart that holds the task, read by a host that must not start a piece it has no
     /// time for ([`Background::run_piece_before`]).
     piece_ns: AtomicU64,
+    /// Whether `piece_ns` comes from a timed piece (else it is the task's first guess).
+    timed: AtomicBool,
     /// Whether the task may have work: looked at before claiming it, so that idle harts
     /// only read while no task has work.
     probe: crate::objects::WorkProbe,
@@ -235,6 +237,7 @@ impl Background {
                 .map(|t| BackgroundSlot {
                     busy: crossbeam_utils::CachePadded::new(AtomicBool::new(false)),
                     piece_ns: AtomicU64::new(t.piece_ns_hint()),
+                    timed: AtomicBool::new(false),
                     probe: t.probe(),
                     task: UnsafeCell::new(t),
                 })
@@ -255,28 +258,29 @@ impl Background {
 
     /// [`Background::run_piece`] for a host that owes a block at `deadline_ns` (on
     /// `tess_sched::clock`): only a task whose pieces are expected to end before then (by a
-    /// running estimate of their length, [`PieceTime`]) is run, so the block is not delayed
-    /// by a piece it would have to wait for.
+    /// running estimate of their length with half as much again to spare,
+    /// [`PieceTime::fits`]) is run, so the block is not delayed by a piece it would have to
+    /// wait for.
     pub fn run_piece_before(&self, deadline_ns: u64) -> bool {
         self.try_piece(Some(deadline_ns)) == PieceRun::Ran
     }
 
     /// Runs pieces while there are any that fit before `deadline_ns`
-    /// ([`Background::run_piece_before`]): a host's time until its next block.
+    /// ([`Background::run_piece_before`]): a host's gap until its next block.
     ///
-    /// If time is left when nothing fits, the estimate of each task that has work but did
-    /// not fit is lowered by a sixty-fourth ([`PieceTime::skipped`]), once per call: on one
-    /// hart nobody else would run such a task and time it again, so an estimate too high
-    /// (a first guess, a run of stretched pieces) would shut it out for good.
+    /// A task with work whose estimate does not fit into the whole gap, from this call to
+    /// `deadline_ns`, has its estimate lowered by a sixty-fourth ([`PieceTime::skipped`]):
+    /// on one hart nobody else would run it and time it again, so an estimate too high (a
+    /// stall that stretched a run of pieces) would shut it out for good. A task whose pieces
+    /// really are longer than the host's gaps is therefore run now and then (after about
+    /// eight such gaps) and delays that block, rather than being late for ever: such a patch
+    /// needs smaller partitions for its block size, or another hart.
     pub fn run_until(&self, deadline_ns: u64) {
+        let gap = deadline_ns.saturating_sub(now_ns());
         while self.run_piece_before(deadline_ns) {}
-        let now = now_ns();
-        if now >= deadline_ns {
-            return;
-        }
         for slot in self.tasks.iter().filter(|slot| (slot.probe)()) {
             let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed));
-            if now + estimate.guarded() > deadline_ns {
+            if estimate.guarded() > gap {
                 // A plain store: a holder's update racing with it wins or loses, either is
                 // an estimate.
                 slot.piece_ns.store(estimate.skipped().0, Ordering::Relaxed);
@@ -307,8 +311,7 @@ impl Background {
                 continue;
             }
             if let (Some(deadline), Some(now)) = (deadline_ns, now) {
-                let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed));
-                if now + estimate.guarded() > deadline {
+                if !PieceTime(slot.piece_ns.load(Ordering::Relaxed)).fits(now, deadline) {
                     // Work, but not for this host now (another task's pieces may be
                     // shorter); not held either: the next call may find time for it.
                     continue;
@@ -328,9 +331,14 @@ impl Background {
             // SAFETY: this hart set `busy`: the task is its own until `release` clears it.
             let ran = unsafe { (*slot.task.get()).run_piece() };
             if ran {
-                // Before the release: the estimate is the holder's to write.
+                // Before the release: the estimate is the holder's to write. The first
+                // timed piece replaces the task's guess whole.
                 let took = now_ns().saturating_sub(started);
-                let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed)).after(took);
+                let estimate = if slot.timed.swap(true, Ordering::Relaxed) {
+                    PieceTime(slot.piece_ns.load(Ordering::Relaxed)).after(took)
+                } else {
+                    PieceTime(took.max(1))
+                };
                 slot.piece_ns.store(estimate.0, Ordering::Relaxed);
             }
             drop(release);
@@ -346,12 +354,13 @@ impl Background {
     }
 }
 
-/// A running estimate of how long a task's pieces take (ns; 0: not known yet): an
-/// exponentially weighted mean with weight 1/8, each sample clamped to twice the estimate
-/// first. The clamp is for the pieces the kernel preempted or an interrupt stretched: one
-/// such piece moves the estimate by at most an eighth, where an unclamped millisecond would
-/// shut the task out of every host's gap between blocks for a long while. A machine that is
-/// really slower than the first guess still gets there, an eighth at a time.
+/// A running estimate of how long a task's pieces take (ns; 0: not known yet): the first
+/// timed piece, then an exponentially weighted mean with weight 1/8, each sample clamped to
+/// twice the estimate first. The clamp is for the pieces the kernel preempted or an interrupt
+/// stretched: one such piece moves the estimate by at most an eighth, where an unclamped
+/// millisecond would shut the task out of every host's gap between blocks for a long while.
+/// A machine that is really slower than the first piece said still gets there, an eighth at
+/// a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PieceTime(u64);
 
@@ -366,7 +375,7 @@ impl PieceTime {
         PieceTime((est + (clamped - est) / 8).max(1) as u64)
     }
 
-    /// The estimate after a host's gap between blocks had no time for the task: a
+    /// The estimate after a host's gap between blocks was too short for the task: a
     /// sixty-fourth lower ([`Background::run_until`]).
     fn skipped(self) -> PieceTime {
         PieceTime(self.0 - self.0 / 64)
@@ -376,7 +385,13 @@ impl PieceTime {
     /// (the forward FFT, a range of partitions, the inverse FFT), each sized to about the
     /// same work, so half as much again.
     fn guarded(self) -> u64 {
-        self.0 + self.0 / 2
+        self.0.saturating_add(self.0 / 2)
+    }
+
+    /// Whether a piece started at `now_ns` is expected to end before `deadline_ns`; never
+    /// when the deadline has come, even with nothing known.
+    fn fits(self, now_ns: u64, deadline_ns: u64) -> bool {
+        now_ns < deadline_ns && self.guarded() <= deadline_ns - now_ns
     }
 }
 
@@ -864,41 +879,45 @@ mod tests {
         (Background::new(vec![Box::new(task)]), ran)
     }
 
+    /// A deadline no test thread can miss, however loaded the machine.
+    const FAR_NS: u64 = 10_000_000_000;
+
     #[test]
     fn a_piece_expected_to_end_after_the_deadline_is_not_started() {
         let (bg, ran) = sleeper(100, 5_000_000, 1);
+        // guessed at 5 ms: not with 1 ms to go
         assert!(!bg.run_piece_before(now_ns() + 1_000_000));
         assert_eq!(ran.load(Ordering::Relaxed), 0);
-        assert!(bg.run_piece_before(now_ns() + 60_000_000));
+        assert!(bg.run_piece_before(now_ns() + FAR_NS));
         assert_eq!(ran.load(Ordering::Relaxed), 1);
     }
 
     #[test]
-    fn the_first_timed_piece_replaces_an_unknown_estimate() {
-        // no hint: the first piece runs while there is any time left, and is timed
-        let (bg, ran) = sleeper(2_000, 0, 2);
+    fn the_first_timed_piece_replaces_the_guess() {
+        // guessed at 1 us, takes at least 2 ms: known after one piece
+        let (bg, ran) = sleeper(2_000, 1_000, 2);
         assert!(!bg.run_piece_before(now_ns() - 1), "no time left");
-        assert!(bg.run_piece_before(now_ns() + 1_000_000));
+        assert!(bg.run_piece_before(now_ns() + FAR_NS));
         assert_eq!(ran.load(Ordering::Relaxed), 1);
         assert!(bg.tasks[0].piece_ns.load(Ordering::Relaxed) >= 2_000_000);
-        // now known to take 2 ms: not started with 1 ms to go
+        // so not started with 1 ms to go
         assert!(!bg.run_piece_before(now_ns() + 1_000_000));
         assert_eq!(ran.load(Ordering::Relaxed), 1);
     }
 
     #[test]
     fn run_until_stops_when_no_piece_fits() {
-        // pieces of at least 1 ms (a sleep), 100 ms to go: some run, never 100
+        // pieces of at least 1 ms (a sleep), 100 ms to go: never 100 (at least one runs
+        // unless this thread lost the CPU for the whole gap)
         let (bg, ran) = sleeper(1_000, 1_000_000, 1_000);
         bg.run_until(now_ns() + 100_000_000);
-        let n = ran.load(Ordering::Relaxed);
-        assert!(n > 0 && n < 100, "{n} pieces of 1 ms in 100 ms");
+        assert!(ran.load(Ordering::Relaxed) < 100);
     }
 
     #[test]
     fn a_task_shut_out_by_a_high_estimate_gets_another_try() {
-        // guessed at 10 ms, never run with 1 ms to go until the gaps it was shut out of
-        // have brought the guess down; on one hart nobody else would time it
+        // guessed at 10 ms, never run in gaps of 1 ms until the gaps it did not fit have
+        // brought the guess down; on one hart nobody else would time it
         let (bg, ran) = sleeper(10, 10_000_000, 1);
         let mut gaps = 0;
         while ran.load(Ordering::Relaxed) == 0 {
@@ -907,12 +926,32 @@ mod tests {
             bg.run_until(now_ns() + 1_000_000);
         }
         assert!(gaps > 100, "{gaps}");
-        // a single try does not lower it
+        // a single try does not lower it, nor does a gap it would have fitted
         let (bg, _) = sleeper(10, 10_000_000, 1);
         for _ in 0..300 {
             bg.run_piece_before(now_ns() + 1_000_000);
         }
         assert_eq!(bg.tasks[0].piece_ns.load(Ordering::Relaxed), 10_000_000);
+    }
+
+    #[test]
+    fn a_gap_that_could_have_held_the_piece_does_not_lower_its_estimate() {
+        // a task whose work is held by another hart, with an estimate of 1 ms: a gap of
+        // 10 s that ends with it still there leaves the estimate alone
+        let (bg, _) = sleeper(10, 1_000_000, 1);
+        bg.tasks[0].busy.store(true, Ordering::Relaxed);
+        bg.run_until(now_ns() + 50_000_000);
+        assert_eq!(bg.tasks[0].piece_ns.load(Ordering::Relaxed), 1_000_000);
+    }
+
+    #[test]
+    fn fits_leaves_half_as_much_again_and_never_past_the_deadline() {
+        assert!(PieceTime(100).fits(1_000, 1_150));
+        assert!(!PieceTime(100).fits(1_000, 1_149));
+        assert!(!PieceTime(0).fits(1_000, 1_000), "the deadline has come");
+        assert!(PieceTime(0).fits(1_000, 1_001));
+        assert!(!PieceTime(100).fits(2_000, 1_000));
+        assert!(!PieceTime(u64::MAX).fits(1, u64::MAX), "no overflow");
     }
 
     #[test]
