@@ -649,7 +649,8 @@ pub struct ConvEngineOptions {
 /// dac~`, the response read from a WAV file by `soundfiler`) played in real time at 44.1 kHz
 /// on one CPU, once per mode; adds a table and the figures
 /// `engine_misses_{sync,preemptive,background}`, `engine_p999_us_*`, `engine_max_us_*` and
-/// `engine_conv_late_{preemptive,background}` (steps finished too late) to `r`.
+/// `engine_conv_late_{preemptive,background}` (steps finished too late) and
+/// `engine_piece_overruns_background` (background pieces that ended after a release) to `r`.
 pub fn conv_in_engine(o: &ConvEngineOptions, r: &mut Report) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("tess-pd-conv-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -730,6 +731,7 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
             "p99.9 us",
             "max us",
             "late steps",
+            "pieces past release",
         ],
     );
     for (mode, p) in MODES.iter().zip(&reports) {
@@ -741,6 +743,11 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
             format!("{:.0}", p.p999_us),
             format!("{:.0}", p.max_us),
             p.conv_late.to_string(),
+            if *mode == "background" {
+                p.piece_overruns.to_string()
+            } else {
+                "-".to_string()
+            },
         ]);
         r.figure(format!("engine_misses_{mode}"), p.misses as f64)
             .figure(format!("engine_p999_us_{mode}"), p.p999_us)
@@ -748,6 +755,10 @@ fn conv_in_engine_in(o: &ConvEngineOptions, dir: &Path, r: &mut Report) -> anyho
     }
     r.figure("engine_conv_late_preemptive", reports[1].conv_late as f64);
     r.figure("engine_conv_late_background", reports[2].conv_late as f64);
+    r.figure(
+        "engine_piece_overruns_background",
+        reports[2].piece_overruns as f64,
+    );
     r.table(t);
     r.note(format!(
         "engine: `tess-pd play` of noise~ -> tess~conv -> dac~ on CPU {} at SCHED_FIFO {}; \

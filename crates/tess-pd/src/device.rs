@@ -231,6 +231,10 @@ pub struct ServeReport {
     /// `tess~conv` long steps that missed their deadline (preemptive workers).
     #[serde(default)]
     pub conv_late: u64,
+    /// Background pieces that the device's thread started and that ended after the next
+    /// packet was due (`--conv background`).
+    #[serde(default)]
+    pub piece_overruns: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
@@ -336,6 +340,7 @@ pub fn serve(
     report.turnaround_p99_us = percentile(&turnaround, 0.99);
     report.turnaround_max_us = percentile(&turnaround, 1.0);
     report.conv_late = engine.conv_late();
+    report.piece_overruns = engine.background_overruns();
     report.osc = control.osc_report();
     Ok(report)
 }

@@ -189,6 +189,12 @@ impl Engine {
         self.graph.background.run_until(deadline_ns);
     }
 
+    /// Background pieces that ended after the block their host started them before was due
+    /// ([`crate::graph::Background::overran`]).
+    pub fn background_overruns(&self) -> u64 {
+        self.graph.background.overran()
+    }
+
     /// Runs all the patch's background work there is now, on the calling thread (waiting for
     /// any piece another hart is running): what an offline host does between blocks, so that
     /// no long step is late.

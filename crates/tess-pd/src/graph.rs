@@ -189,6 +189,8 @@ fn add_into(dst: &mut [f32], src: &[f32]) {
 #[derive(Debug, Default)]
 pub struct Background {
     tasks: Vec<BackgroundSlot>,
+    /// Pieces a host with a deadline started that ended after it: each delayed a block.
+    overran: AtomicU64,
 }
 
 struct BackgroundSlot {
@@ -242,6 +244,7 @@ impl Background {
                     task: UnsafeCell::new(t),
                 })
                 .collect(),
+            overran: AtomicU64::new(0),
         }
     }
 
@@ -286,6 +289,13 @@ impl Background {
                 slot.piece_ns.store(estimate.skipped().0, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Pieces started by [`Background::run_piece_before`] (or `run_until`) that ended after
+    /// the deadline they were started for, so far: each delayed its host's block (a piece
+    /// the kernel preempted, an estimate too low, a task run again after a shut-out).
+    pub fn overran(&self) -> u64 {
+        self.overran.load(Ordering::Relaxed)
     }
 
     /// Runs every piece there is, on the calling thread, until no task has work: waits for a
@@ -333,7 +343,11 @@ impl Background {
             if ran {
                 // Before the release: the estimate is the holder's to write. The first
                 // timed piece replaces the task's guess whole.
-                let took = now_ns().saturating_sub(started);
+                let ended = now_ns();
+                if deadline_ns.is_some_and(|d| ended > d) {
+                    self.overran.fetch_add(1, Ordering::Relaxed);
+                }
+                let took = ended.saturating_sub(started);
                 let estimate = if slot.timed.swap(true, Ordering::Relaxed) {
                     PieceTime(slot.piece_ns.load(Ordering::Relaxed)).after(took)
                 } else {
@@ -903,6 +917,19 @@ mod tests {
         // so not started with 1 ms to go
         assert!(!bg.run_piece_before(now_ns() + 1_000_000));
         assert_eq!(ran.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_piece_that_ends_past_its_deadline_is_counted() {
+        // guessed at 1 us, takes at least 2 ms: started with 1 ms to go, ends past it
+        let (bg, ran) = sleeper(2_000, 1_000, 1);
+        assert!(bg.run_piece_before(now_ns() + 1_000_000));
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        assert_eq!(bg.overran(), 1);
+        // with no deadline nothing is counted
+        let (bg, _) = sleeper(2_000, 1_000, 1);
+        assert!(bg.run_piece());
+        assert_eq!(bg.overran(), 0);
     }
 
     #[test]

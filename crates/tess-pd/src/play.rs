@@ -47,6 +47,9 @@ pub struct PlayReport {
     pub compute_p50_us: f64,
     /// `tess~conv` long steps that missed their deadline (preemptive workers).
     pub conv_late: u64,
+    /// Background pieces that this thread started before a release and that ended after it
+    /// (`--conv background`): each delayed that block.
+    pub piece_overruns: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub osc: Option<crate::osc::OscStats>,
@@ -181,6 +184,7 @@ pub fn play(
         max_us: response.last().map_or(0.0, |v| *v as f64 / 1e3),
         compute_p50_us: percentile(&compute, 0.5),
         conv_late: e.conv_late(),
+        piece_overruns: e.background_overruns(),
         osc: control.osc_report(),
         splits: exec.splits().to_vec(),
     })

@@ -320,7 +320,6 @@ fn check_seconds(s: f64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints what the OSC input did, if it was on.
 /// Reports late convolution steps, if there were any.
 fn print_conv_late(late: u64) {
     if late > 0 {
@@ -328,6 +327,16 @@ fn print_conv_late(late: u64) {
     }
 }
 
+/// Reports background pieces that delayed a block, if there were any.
+fn print_piece_overruns(overruns: u64) {
+    if overruns > 0 {
+        println!(
+            "background: {overruns} pieces ended after the block they were started before was due"
+        );
+    }
+}
+
+/// Prints what the OSC input did, if it was on.
 fn print_osc(osc: &Option<tess_pd::osc::OscStats>) {
     if let Some(o) = osc {
         println!(
@@ -406,6 +415,7 @@ fn main() -> anyhow::Result<()> {
                     r.p50_us, r.p99_us, r.p999_us, r.max_us, r.compute_p50_us
                 );
                 print_conv_late(r.conv_late);
+                print_piece_overruns(r.piece_overruns);
                 print_osc(&r.osc);
                 if r.splits.len() > 1 {
                     let s: Vec<String> = r.splits.iter().map(usize::to_string).collect();
@@ -476,6 +486,7 @@ fn main() -> anyhow::Result<()> {
                     r.turnaround_p50_us, r.turnaround_p99_us, r.turnaround_max_us
                 );
                 print_conv_late(r.conv_late);
+                print_piece_overruns(r.piece_overruns);
                 print_osc(&r.osc);
             }
         }
