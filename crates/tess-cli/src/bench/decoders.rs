@@ -92,7 +92,10 @@ pub struct DecodersArgs {
     pub load: f64,
     /// Period of the capacity, ms: the Pulse hart's reservation and the CFS threads' bandwidth
     /// hand out `capacity x period` every period (default: the faster stream's frame period,
-    /// 1/60 s). The `dl` baseline keeps one reservation per thread at its frame period.
+    /// 1/60 s). The `dl` baseline keeps one reservation per thread at its frame period. Keep
+    /// it several scheduler ticks long: the kernel charges both budgets at the tick (4 ms at
+    /// HZ=250), so a shorter period is overrun and paid back by throttling (2 ms missed a third
+    /// of the frames or more here; docs/bench-narrative/decoders.md).
     #[arg(long, value_name = "MS")]
     pub cap_period_ms: Option<f64>,
     /// Clip cache (default $XDG_CACHE_HOME/tess/decoders, else ~/.cache/tess/decoders).
