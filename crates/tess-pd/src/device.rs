@@ -287,12 +287,18 @@ pub fn serve(
         }
         let Some((len, from)) = link.recv(&mut rx)? else {
             // No packet within the receive timeout: no block runs, so tessd's messages are
-            // read here (on a cell's harts; Executor::checkpoint).
+            // read here (on a cell's harts; Executor::checkpoint). No block is due either:
+            // the workers' background work runs unbounded until packets come again.
             exec.checkpoint();
+            exec.expect_next_block(0);
             continue;
         };
         let arrived = now_ns();
         started.get_or_insert(arrived);
+        // The next packet is due a period after this one arrived (less this one's lateness):
+        // the workers, idle during this block's answer, know it now.
+        let next_due = arrived + (period_ns() as u64).saturating_sub(ARRIVAL_SLACK_NS);
+        exec.expect_next_block(next_due);
         let h = match decode_header(&rx[..len]) {
             Ok(h) => h,
             Err(e) => {
@@ -332,7 +338,6 @@ pub fn serve(
         // the next packet is due a period after this one arrived; only the pieces expected
         // to end before then start, so that a piece does not delay its answer (worker harts,
         // if any, run pieces while they wait for a block).
-        let next_due = arrived + (period_ns() as u64).saturating_sub(ARRIVAL_SLACK_NS);
         engine.run_background_until(next_due);
     }
     turnaround.sort_unstable();

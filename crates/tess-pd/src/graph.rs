@@ -191,6 +191,9 @@ pub struct Background {
     tasks: Vec<BackgroundSlot>,
     /// Pieces a host with a deadline started that ended after it: each delayed a block.
     overran: AtomicU64,
+    /// The deadline of the last gap whose shut-out tasks were looked at
+    /// ([`Background::note_gap`]).
+    noted_gap: AtomicU64,
 }
 
 struct BackgroundSlot {
@@ -231,7 +234,7 @@ impl Drop for Release<'_> {
 unsafe impl Sync for Background {}
 
 impl Background {
-    fn new(mut tasks: Vec<Box<dyn BackgroundTask>>) -> Background {
+    pub(crate) fn new(mut tasks: Vec<Box<dyn BackgroundTask>>) -> Background {
         tasks.sort_by_key(|t| t.due_within_ns());
         Background {
             tasks: tasks
@@ -245,6 +248,7 @@ impl Background {
                 })
                 .collect(),
             overran: AtomicU64::new(0),
+            noted_gap: AtomicU64::new(0),
         }
     }
 
@@ -269,18 +273,35 @@ impl Background {
     }
 
     /// Runs pieces while there are any that fit before `deadline_ns`
-    /// ([`Background::run_piece_before`]): a host's gap until its next block.
-    ///
-    /// A task with work whose estimate does not fit into the whole gap, from this call to
-    /// `deadline_ns`, has its estimate lowered by a sixty-fourth ([`PieceTime::skipped`]):
-    /// on one hart nobody else would run it and time it again, so an estimate too high (a
-    /// stall that stretched a run of pieces) would shut it out for good. A task whose pieces
-    /// really are longer than the host's gaps is therefore run now and then (after about
-    /// eight such gaps) and delays that block, rather than being late for ever: such a patch
-    /// needs smaller partitions for its block size, or another hart.
+    /// ([`Background::run_piece_before`]): a host's gap until its next block; then
+    /// [`Background::note_gap`] for that gap.
     pub fn run_until(&self, deadline_ns: u64) {
-        let gap = deadline_ns.saturating_sub(now_ns());
+        let start = now_ns();
         while self.run_piece_before(deadline_ns) {}
+        self.note_gap(start, deadline_ns);
+    }
+
+    /// Once per gap between blocks (per `deadline_ns`, by whichever hart asks first): a task
+    /// with work whose estimate does not fit into the whole gap, `start_ns` to
+    /// `deadline_ns`, has its estimate lowered by a sixty-fourth ([`PieceTime::skipped`]).
+    /// With deadlines, nobody else would run such a task and time it again, so an estimate
+    /// too high (a stall that stretched a run of pieces) would shut it out for good. A task
+    /// whose pieces really are longer than the gaps is therefore run now and then (after
+    /// about eight such gaps) and delays that block (on the host's thread) or keeps a worker
+    /// out of it, rather than being late for ever: such a patch needs smaller partitions for
+    /// its block size.
+    ///
+    /// A gap looked at before, or older than one looked at (a hart that saw a due time late),
+    /// or already over when it is first looked at, is left alone: none of them says anything
+    /// about the estimates.
+    pub fn note_gap(&self, start_ns: u64, deadline_ns: u64) {
+        if start_ns >= deadline_ns
+            || self.noted_gap.load(Ordering::Relaxed) >= deadline_ns
+            || self.noted_gap.fetch_max(deadline_ns, Ordering::Relaxed) >= deadline_ns
+        {
+            return;
+        }
+        let gap = deadline_ns - start_ns;
         for slot in self.tasks.iter().filter(|slot| (slot.probe)()) {
             let estimate = PieceTime(slot.piece_ns.load(Ordering::Relaxed));
             if estimate.guarded() > gap {
@@ -313,14 +334,17 @@ impl Background {
 
     fn try_piece(&self, deadline_ns: Option<u64>) -> PieceRun {
         let mut held = false;
-        let now = deadline_ns.map(|_| now_ns());
+        // Read at the first task with work: idle harts try on every poll of the next block,
+        // most of the time with nothing to do.
+        let mut now = None;
         for slot in &self.tasks {
             if !(slot.probe)() {
                 // No step in flight: nothing to claim (and not held: a hart that holds it
                 // has finished its work).
                 continue;
             }
-            if let (Some(deadline), Some(now)) = (deadline_ns, now) {
+            if let Some(deadline) = deadline_ns {
+                let now = *now.get_or_insert_with(now_ns);
                 if !PieceTime(slot.piece_ns.load(Ordering::Relaxed)).fits(now, deadline) {
                     // Work, but not for this host now (another task's pieces may be
                     // shorter); not held either: the next call may find time for it.
@@ -389,8 +413,8 @@ impl PieceTime {
         PieceTime((est + (clamped - est) / 8).max(1) as u64)
     }
 
-    /// The estimate after a host's gap between blocks was too short for the task: a
-    /// sixty-fourth lower ([`Background::run_until`]).
+    /// The estimate after a gap between blocks was too short for the task: a sixty-fourth
+    /// lower ([`Background::note_gap`]).
     fn skipped(self) -> PieceTime {
         PieceTime(self.0 - self.0 / 64)
     }
@@ -944,7 +968,8 @@ mod tests {
     #[test]
     fn a_task_shut_out_by_a_high_estimate_gets_another_try() {
         // guessed at 10 ms, never run in gaps of 1 ms until the gaps it did not fit have
-        // brought the guess down; on one hart nobody else would time it
+        // brought the guess down; on one hart nobody else would time it (each gap has a
+        // deadline of its own: a gap is looked at once)
         let (bg, ran) = sleeper(10, 10_000_000, 1);
         let mut gaps = 0;
         while ran.load(Ordering::Relaxed) == 0 {
@@ -953,6 +978,16 @@ mod tests {
             bg.run_until(now_ns() + 1_000_000);
         }
         assert!(gaps > 100, "{gaps}");
+        // a gap is looked at once, whoever asks; an older gap or one already over not at all
+        let (bg, _) = sleeper(10, 10_000_000, 1);
+        let lowered = 10_000_000 - 156_250;
+        for _ in 0..10 {
+            bg.note_gap(1_000, 2_000);
+        }
+        assert_eq!(bg.tasks[0].piece_ns.load(Ordering::Relaxed), lowered);
+        bg.note_gap(500, 1_500);
+        bg.note_gap(3_000, 3_000);
+        assert_eq!(bg.tasks[0].piece_ns.load(Ordering::Relaxed), lowered);
         // a single try does not lower it, nor does a gap it would have fitted
         let (bg, _) = sleeper(10, 10_000_000, 1);
         for _ in 0..300 {

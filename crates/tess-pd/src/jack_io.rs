@@ -71,7 +71,9 @@ pub struct JackOptions {
     /// `recv` calls, a few microseconds, when on).
     pub control: crate::play::ControlIn,
     /// Where `tess~conv` runs its long levels. JACK's process thread runs only blocks, so in
-    /// the background they run on the executor's other harts alone.
+    /// the background they run on the executor's other harts alone, which start a piece only
+    /// if it is expected to end before the next callback (seven eighths of a period after
+    /// this one was woken).
     pub long_levels: crate::shared::LongLevels,
 }
 
@@ -128,6 +130,12 @@ struct Process {
 impl jack::ProcessHandler for Process {
     fn process(&mut self, _: &jack::Client, ps: &jack::ProcessScope) -> jack::Control {
         let t0 = Instant::now();
+        // The next callback comes about a period after this one was woken; this one may have
+        // been woken late, so the workers' background pieces stop an eighth of a period
+        // earlier. Said now, so that they do not sit on the last due time (past) meanwhile.
+        let period_ns = ps.n_frames() as f64 / f64::from(self.engine.config().sample_rate) * 1e9;
+        self.exec
+            .expect_next_block(tess_sched::clock::now_ns() + (period_ns * 7.0 / 8.0) as u64);
         let n = ps.n_frames() as usize;
         if !n.is_multiple_of(self.block) {
             // JACK changed its buffer size to one the block does not divide: silence, not noise

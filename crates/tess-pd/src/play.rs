@@ -148,7 +148,8 @@ pub fn play(
     while k < total && !stop.load(Ordering::Relaxed) && !exec.stop_requested() {
         let release = t0 + k * period_ns;
         // Until the block is due, this thread's time is the background work's: the pieces
-        // expected to end before the release.
+        // expected to end before the release (on every hart).
+        exec.expect_next_block(release);
         e.run_background_until(release);
         sleep_until_ns(release);
         let start = now_ns();

@@ -248,6 +248,10 @@ pub(crate) struct Shared {
     task_graph: Arc<TaskGraph>,
     /// The graph's background work, run by harts waiting for the next block.
     background: Arc<crate::graph::Background>,
+    /// When the host's next block is due (`tess_sched::clock` ns; 0: not said), so that
+    /// waiting harts start no background piece expected to end after it
+    /// ([`Executor::expect_next_block`]). Written once a block, on a line of its own.
+    next_block_due: CachePadded<AtomicU64>,
 }
 
 /// `n` zeroed values, each on its own cache line.
@@ -280,6 +284,7 @@ impl Shared {
             strategy,
             ran: padded(harts),
             background,
+            next_block_due: CachePadded::default(),
         }
     }
 
@@ -380,6 +385,9 @@ pub struct Executor {
     rt_priority: Option<i32>,
     threads: Vec<std::thread::JoinHandle<()>>,
     pin_first_cpu: Option<usize>,
+    /// The host's last word on when its next block is due ([`Executor::expect_next_block`]),
+    /// kept here so that a new split of the graph starts with it.
+    next_block_due: u64,
 }
 
 impl std::fmt::Debug for Executor {
@@ -410,6 +418,7 @@ impl Executor {
             host: None,
             adaptations_seen: 0,
             splits: Vec::new(),
+            next_block_due: 0,
         }
     }
 
@@ -441,6 +450,20 @@ impl Executor {
     pub fn checkpoint(&self) {
         if let Some(host) = &self.host {
             host.checkpoint();
+        }
+    }
+
+    /// Tells the worker harts when the host's next block is due (`tess_sched::clock` ns; 0:
+    /// not known): while they wait for it they start only the background pieces expected to
+    /// end before then ([`crate::graph::Background::run_piece_before`]), so that they are
+    /// free when it starts. Without it they run any piece, and a block that starts while a
+    /// worker is in one takes that worker's share over. Call it as soon as the host knows its
+    /// next release (a due time that has passed stops the workers' background work until the
+    /// next call: say 0 when no block is coming, as the device does while no packet comes).
+    pub fn expect_next_block(&mut self, due_ns: u64) {
+        self.next_block_due = due_ns;
+        if let Some(sh) = &self.shared {
+            sh.next_block_due.store(due_ns, Ordering::Relaxed);
         }
     }
 
@@ -506,6 +529,9 @@ impl Executor {
             stealers,
             g.background.clone(),
         ));
+        shared
+            .next_block_due
+            .store(self.next_block_due, Ordering::Relaxed);
         self.hart0 = Some(Hart::new(0, locals.remove(0)));
         if let Some(host) = &self.host {
             // The runtime's worker tasks take their harts' state from here; nobody waits for
@@ -683,8 +709,9 @@ pub(crate) fn worker_round(sh: &Shared, hart: &mut Hart, seen: &mut u64, max_spi
             return true;
         }
         // Between blocks, background work (lower in priority than any block: a piece at a
-        // time, checking for the next block in between).
-        if sh.background.run_piece() {
+        // time, checking for the next block in between, and none expected to end after it
+        // once the host has said when it is due).
+        if run_background_piece(sh, hart) {
             continue;
         }
         if spins > 20_000 {
@@ -698,6 +725,23 @@ pub(crate) fn worker_round(sh: &Shared, hart: &mut Hart, seen: &mut u64, max_spi
     }
     participate(sh, hart, e);
     true
+}
+
+/// One background piece for a hart waiting for the next block: one expected to end before
+/// that block if the host said when it is due, else any. The first hart to see a new due
+/// time has the gap looked at for tasks shut out of it ([`crate::graph::Background::note_gap`]:
+/// under JACK, the workers are the only harts that run pieces).
+fn run_background_piece(sh: &Shared, hart: &mut Hart) -> bool {
+    match sh.next_block_due.load(Ordering::Relaxed) {
+        0 => sh.background.run_piece(),
+        due => {
+            if hart.seen_due != due {
+                hart.seen_due = due;
+                sh.background.note_gap(tess_sched::clock::now_ns(), due);
+            }
+            sh.background.run_piece_before(due)
+        }
+    }
 }
 
 /// Home lists found empty in the current block, by hart (bit `h`): claims only accumulate
@@ -843,6 +887,8 @@ pub(crate) struct Hart {
     next: Option<u64>,
     /// Sink tasks this hart finished (its `sinks_done`).
     sinks_done: u64,
+    /// The next block's due time this hart last saw ([`Shared::next_block_due`]).
+    seen_due: u64,
 }
 
 impl Hart {
@@ -852,6 +898,7 @@ impl Hart {
             local,
             next: None,
             sinks_done: 0,
+            seen_due: 0,
         }
     }
 
@@ -993,6 +1040,55 @@ mod tests {
             Vec::new(),
             Arc::default(),
         )
+    }
+
+    /// Background work of one task whose pieces take no time and never run out; guessed at
+    /// 1 ms a piece.
+    #[derive(Debug)]
+    struct Endless;
+
+    impl crate::objects::BackgroundTask for Endless {
+        fn run_piece(&mut self) -> bool {
+            true
+        }
+        fn due_within_ns(&self) -> u64 {
+            1_000_000_000
+        }
+        fn piece_ns_hint(&self) -> u64 {
+            1_000_000
+        }
+    }
+
+    #[test]
+    fn waiting_harts_start_no_piece_past_the_next_block_once_told_when_it_is() {
+        let tg = TaskGraph::default();
+        let background = Arc::new(crate::graph::Background::new(vec![Box::new(Endless)]));
+        let sh = Shared::new(
+            Strategy::WorkStealing,
+            Arc::new(tg),
+            vec![Vec::new()],
+            Vec::new(),
+            background,
+        );
+        let mut hart = Hart::new(1, Worker::new_lifo());
+        // due in 0.5 ms: the task's first guess (1 ms a piece) does not fit
+        sh.next_block_due
+            .store(tess_sched::clock::now_ns() + 500_000, Ordering::Relaxed);
+        assert!(!run_background_piece(&sh, &mut hart));
+        // not told: any piece
+        sh.next_block_due.store(0, Ordering::Relaxed);
+        assert!(run_background_piece(&sh, &mut hart));
+        // the next block is due now: none (the first piece was timed at about nothing, so
+        // the estimate cannot be what stops it)
+        sh.next_block_due
+            .store(tess_sched::clock::now_ns(), Ordering::Relaxed);
+        assert!(!run_background_piece(&sh, &mut hart));
+        // due in 10 s: one
+        sh.next_block_due.store(
+            tess_sched::clock::now_ns() + 10_000_000_000,
+            Ordering::Relaxed,
+        );
+        assert!(run_background_piece(&sh, &mut hart));
     }
 
     #[test]
