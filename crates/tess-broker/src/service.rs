@@ -905,21 +905,21 @@ impl<C: Cells> Broker<C> {
             &allocations,
             |p| self.pacora.capacity(p),
             |k, j| {
-                let (v, to) = (&views[k], allocations[k].share[j]);
-                allocations[k].reason.is_step()
-                    || (to - v.share[j]).abs() >= min_change(min_step, v, j)
+                let (v, a) = (&views[k], &allocations[k]);
+                !held_back(min_step, v, a, j, v.share[j], a.share[j])
             },
         );
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
             let ((i, t), v) = (&of[k], &views[k]);
             let to = allocations[k].share[j];
-            // Applied however small: a step the policy takes to learn or to approach, and a
-            // lowering in a pool whose raises need the room it gives back.
-            let step = allocations[k].reason.is_step() || (to < v.share[j] && short[v.uses[j]]);
+            // Applied however small: a step the policy takes to learn or to approach
+            // (`held_back`), and a lowering in a pool whose raises need the room it gives back.
+            let needed = to < v.share[j] && short[v.uses[j]];
+            let a = &allocations[k];
             let applied = match v.uses[j] {
                 CPU_POOL => {
                     let t = t.as_ref().expect("a CPU share has its cell");
-                    if (to - t.current).abs() < min_change(min_step, v, j) && !step {
+                    if held_back(min_step, v, a, j, t.current, to) && !needed {
                         continue;
                     }
                     let r = self.apply_share(*i, t, to);
@@ -933,7 +933,7 @@ impl<C: Cells> Broker<C> {
                     let others = self.flows_held_except(*i);
                     let capacity = self.pacora.capacity(NET_POOL);
                     let to = to.min((capacity - others).max(v.share[j]));
-                    if (to - v.share[j]).abs() < min_change(min_step, v, j) && !step {
+                    if held_back(min_step, v, a, j, v.share[j], to) && !needed {
                         continue;
                     }
                     self.set_flow(*i, to)
@@ -1092,12 +1092,18 @@ fn min_change(min_step: f64, v: &CellView, j: usize) -> f64 {
     }
 }
 
+/// Whether the hysteresis holds back allocation `a`'s change of view `v`'s share in its pool
+/// `j` from `from` to `to`: smaller than [`min_change`], and not a step the policy takes to
+/// learn or to approach (those are applied however small).
+fn held_back(min_step: f64, v: &CellView, a: &Allocation, j: usize, from: f64, to: f64) -> bool {
+    !a.reason.is_step() && (to - from).abs() < min_change(min_step, v, j)
+}
+
 /// Per pool, whether the raises this round applies (`applies(view, index into its pools)`)
 /// need more room than the pool has free, `held` being what every heartbeat of each pool holds
 /// now (brokered this round or not). Its lowerings are then applied however small: held back
-/// by the hysteresis, they would keep what a raise needs (a resized stream's flow once got
-/// 1.01 of the 1.19 Mbit/s it needed while five small flows each kept 0.06 they had been
-/// lowered by). A raise the hysteresis holds back needs no room.
+/// by the hysteresis, several small lowerings together would keep what a raise needs (see
+/// docs/broker.md). A raise the hysteresis holds back needs no room.
 fn short_of_room(
     held: &[f64],
     views: &[CellView],

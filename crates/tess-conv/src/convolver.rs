@@ -546,6 +546,16 @@ impl LevelTask {
         StepProbe(self.cell.clone())
     }
 
+    /// How long the longest piece of a background step ([`LevelTask::run_piece`]) takes by
+    /// `model`, ns: an FFT of the level, or a range of partitions (cut to about as much).
+    pub fn longest_piece_ns(&self, model: &crate::CostModel) -> f64 {
+        let level = &self.cell.level;
+        let partitions = self.chunk.min(level.partitions) as f64;
+        model
+            .fft_ns(level)
+            .max(partitions * model.mac_partition_ns(level))
+    }
+
     /// The level this task computes.
     pub fn level(&self) -> crate::Level {
         self.cell.level

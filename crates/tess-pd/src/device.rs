@@ -231,8 +231,8 @@ pub struct ServeReport {
     /// `tess~conv` long steps that missed their deadline (preemptive workers).
     #[serde(default)]
     pub conv_late: u64,
-    /// Background pieces that the device's thread started and that ended after the next
-    /// packet was due (`--conv background`).
+    /// Background pieces started before the next packet was due that ended after it
+    /// (`--conv background`; on the device's thread or a worker hart).
     #[serde(default)]
     pub piece_overruns: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).

@@ -189,8 +189,8 @@ impl Engine {
         self.graph.background.run_until(deadline_ns);
     }
 
-    /// Background pieces that ended after the block their host started them before was due
-    /// ([`crate::graph::Background::overran`]).
+    /// Background pieces, on any of the engine's harts, that ended after the block they were
+    /// started before was due ([`crate::graph::Background::overran`]).
     pub fn background_overruns(&self) -> u64 {
         self.graph.background.overran()
     }

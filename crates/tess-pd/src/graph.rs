@@ -189,7 +189,7 @@ fn add_into(dst: &mut [f32], src: &[f32]) {
 #[derive(Debug, Default)]
 pub struct Background {
     tasks: Vec<BackgroundSlot>,
-    /// Pieces a host with a deadline started that ended after it: each delayed a block.
+    /// Pieces started with a deadline that ended after it ([`Background::overran`]).
     overran: AtomicU64,
     /// The deadline of the last gap whose shut-out tasks were looked at
     /// ([`Background::note_gap`]).
@@ -312,9 +312,10 @@ impl Background {
         }
     }
 
-    /// Pieces started by [`Background::run_piece_before`] (or `run_until`) that ended after
-    /// the deadline they were started for, so far: each delayed its host's block (a piece
-    /// the kernel preempted, an estimate too low, a task run again after a shut-out).
+    /// Pieces started by [`Background::run_piece_before`] (or `run_until`), on any hart, that
+    /// ended after the deadline they were started for, so far: each delayed its host's block
+    /// or kept a worker out of it (a piece the kernel preempted, an estimate too low, a task
+    /// run again after a shut-out).
     pub fn overran(&self) -> u64 {
         self.overran.load(Ordering::Relaxed)
     }
@@ -371,13 +372,13 @@ impl Background {
                 if deadline_ns.is_some_and(|d| ended > d) {
                     self.overran.fetch_add(1, Ordering::Relaxed);
                 }
-                let took = ended.saturating_sub(started);
-                let estimate = if slot.timed.swap(true, Ordering::Relaxed) {
-                    PieceTime(slot.piece_ns.load(Ordering::Relaxed)).after(took)
+                let known = if slot.timed.swap(true, Ordering::Relaxed) {
+                    PieceTime(slot.piece_ns.load(Ordering::Relaxed))
                 } else {
-                    PieceTime(took.max(1))
+                    PieceTime::UNKNOWN
                 };
-                slot.piece_ns.store(estimate.0, Ordering::Relaxed);
+                let took = ended.saturating_sub(started);
+                slot.piece_ns.store(known.after(took).0, Ordering::Relaxed);
             }
             drop(release);
             if ran {
@@ -403,9 +404,12 @@ impl Background {
 struct PieceTime(u64);
 
 impl PieceTime {
+    /// Nothing timed yet (a task's guess is only that).
+    const UNKNOWN: PieceTime = PieceTime(0);
+
     /// The estimate after a piece that took `sample_ns`.
     fn after(self, sample_ns: u64) -> PieceTime {
-        if self.0 == 0 {
+        if self == PieceTime::UNKNOWN {
             return PieceTime(sample_ns.max(1));
         }
         let clamped = sample_ns.min(self.0.saturating_mul(2)) as i128;
@@ -988,7 +992,7 @@ mod tests {
         bg.note_gap(500, 1_500);
         bg.note_gap(3_000, 3_000);
         assert_eq!(bg.tasks[0].piece_ns.load(Ordering::Relaxed), lowered);
-        // a single try does not lower it, nor does a gap it would have fitted
+        // a single try does not lower it
         let (bg, _) = sleeper(10, 10_000_000, 1);
         for _ in 0..300 {
             bg.run_piece_before(now_ns() + 1_000_000);
@@ -999,7 +1003,7 @@ mod tests {
     #[test]
     fn a_gap_that_could_have_held_the_piece_does_not_lower_its_estimate() {
         // a task whose work is held by another hart, with an estimate of 1 ms: a gap of
-        // 10 s that ends with it still there leaves the estimate alone
+        // 50 ms that ends with it still there leaves the estimate alone
         let (bg, _) = sleeper(10, 1_000_000, 1);
         bg.tasks[0].busy.store(true, Ordering::Relaxed);
         bg.run_until(now_ns() + 50_000_000);

@@ -133,10 +133,10 @@ impl jack::ProcessHandler for Process {
         // The next callback comes about a period after this one was woken; this one may have
         // been woken late, so the workers' background pieces stop an eighth of a period
         // earlier. Said now, so that they do not sit on the last due time (past) meanwhile.
-        let period_ns = ps.n_frames() as f64 / f64::from(self.engine.config().sample_rate) * 1e9;
+        let n = ps.n_frames() as usize;
+        let period_ns = n as f64 / f64::from(self.engine.config().sample_rate) * 1e9;
         self.exec
             .expect_next_block(tess_sched::clock::now_ns() + (period_ns * 7.0 / 8.0) as u64);
-        let n = ps.n_frames() as usize;
         if !n.is_multiple_of(self.block) {
             // JACK changed its buffer size to one the block does not divide: silence, not noise
             for o in &mut self.outs {

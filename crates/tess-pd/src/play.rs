@@ -47,8 +47,9 @@ pub struct PlayReport {
     pub compute_p50_us: f64,
     /// `tess~conv` long steps that missed their deadline (preemptive workers).
     pub conv_late: u64,
-    /// Background pieces that this thread started before a release and that ended after it
-    /// (`--conv background`): each delayed that block.
+    /// Background pieces started before a release that ended after it (`--conv
+    /// background`; on this thread or a worker hart): each delayed that block, or kept a
+    /// worker out of it.
     pub piece_overruns: u64,
     /// What the OSC input delivered and dropped (with `--osc-udp`).
     #[serde(skip_serializing_if = "Option::is_none")]

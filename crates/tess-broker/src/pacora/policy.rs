@@ -76,8 +76,9 @@ use super::model::{pairs, weight_count};
 use super::{CellDemand, Problem, ResponseModel, Sample};
 use std::collections::{BTreeMap, VecDeque};
 
-/// A prediction off by more than this fraction of the measured response time starts a new
-/// phase.
+/// A prediction off by more than this fraction of the measured response time is a miss: two
+/// in a row on the same side start a new phase for an entry of one pool; for several pools a
+/// miss that no fit explains does ([`observe`]).
 pub const PHASE_CHANGE: f64 = 0.3;
 
 /// A change of an entry's least share in a pool (the share its model says meets its target)
@@ -498,10 +499,6 @@ impl Pacora {
     }
 
     /// The capacity of each pool `v` uses, in its order.
-    fn capacities_of(&self, v: &CellView) -> Vec<f64> {
-        v.uses.iter().map(|&p| self.capacity(p)).collect()
-    }
-
     /// The least-reserving shares meeting `v`'s target under its model this round, each
     /// raised to its floor; infinite where none does.
     fn least_raised(least: &RoundLeast, v: &CellView) -> Vec<f64> {
@@ -646,12 +643,13 @@ impl Pacora {
         }
         // Each model's least-reserving point, once a round: its model, target and limits, and
         // the pools' capacities, are fixed from here on.
+        let capacity: Vec<f64> = (0..self.pools.len()).map(|p| self.capacity(p)).collect();
         let least: RoundLeast = views
             .iter()
             .map(|v| {
                 let m = self.cells[&v.cell].model.as_ref();
-                let point =
-                    m.and_then(|m| least_point(m, v, self.margin(v), &self.capacities_of(v)));
+                let of_v: Vec<f64> = v.uses.iter().map(|&p| capacity[p]).collect();
+                let point = m.and_then(|m| least_point(m, v, self.margin(v), &of_v));
                 (v.cell.clone(), point)
             })
             .collect();
@@ -674,12 +672,11 @@ impl Pacora {
         for (p, &h) in hot.iter().enumerate() {
             hot_group[group[p]] |= h;
         }
-        let hot: Vec<bool> = group.iter().map(|&g| hot_group[g]).collect();
         let mut out: Vec<Option<Allocation>> = vec![None; views.len()];
         let mut to_solve = Vec::new();
         let mut solved = Vec::new();
         for g in 0..self.pools.len() {
-            if !hot[g] || group[g] != g {
+            if group[g] != g || !hot_group[g] {
                 continue;
             }
             let members: Vec<usize> = (0..views.len())
@@ -750,17 +747,12 @@ impl Pacora {
         // video cell had to grow into after a resize, and the video missed its frame rate).
         let mut held = vec![0.0; pools];
         for v in views {
-            let least = match &self.cells[&v.cell].model {
-                Some(_) if !v.silent() => Some(least[&v.cell].clone()),
-                _ => None,
-            };
+            let modelled = self.cells[&v.cell].model.is_some() && !v.silent();
             for (k, &p) in v.uses.iter().enumerate() {
-                held[p] += match &least {
-                    // What meets its target, within its limits, whatever it holds now.
-                    Some(Some(a)) => a[k].clamp(v.floor[k], v.ceiling[k]),
-                    // No shares within its ceilings meet its target.
-                    Some(None) => v.floor[k],
-                    None => v.share[k],
+                held[p] += if modelled {
+                    need(least[&v.cell].as_deref(), v, k)
+                } else {
+                    v.share[k]
                 };
             }
         }
@@ -815,9 +807,7 @@ impl Pacora {
         for ((i, _), a) in modelled.iter().zip(&a_min) {
             let v = &views[*i];
             for (k, &p) in v.uses.iter().enumerate() {
-                clamped[p] += a
-                    .as_ref()
-                    .map_or(v.floor[k], |a| a[k].clamp(v.floor[k], v.ceiling[k]));
+                clamped[p] += need(a.as_deref(), v, k);
             }
         }
         let all_fit = a_min.iter().all(Option::is_some)
@@ -1183,7 +1173,15 @@ fn spread(samples: &VecDeque<Sample>, pools: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Adds the period's sample, drops the old phase if the model missed it, refits.
+/// What a modelled entry needs in its pool `k` this round: its least-reserving share `least`
+/// meeting its target, within its limits, whatever it holds now; its floor where no shares
+/// within its ceilings meet its target (`None`).
+fn need(least: Option<&[f64]>, v: &CellView, k: usize) -> f64 {
+    least.map_or(v.floor[k], |a| a[k].clamp(v.floor[k], v.ceiling[k]))
+}
+
+/// Adds the period's sample, drops the old phase when the model missed it (one pool: twice in
+/// a row on the same side), refits.
 fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
     if v.silent() || !v.share.iter().all(|s| *s > 0.0) {
         // Nothing measured: the next miss is not in a row with the last.
@@ -1200,6 +1198,10 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         .filter(|e| e.abs() > PHASE_CHANGE);
     let missed = miss.is_some();
     let n = v.uses.len();
+    st.samples.push_back(Sample {
+        alloc: v.share.clone(),
+        tau,
+    });
     if n == 1 {
         // One pool: a new phase is two misses in a row on the same side. A single one is
         // noise until the next period says otherwise (a batch job's throughput varies by
@@ -1207,13 +1209,9 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         // second starts the new phase from both periods.
         let side = miss.map(f64::signum);
         if side.is_some() && side == st.missed_side {
-            let first = st.samples.pop_back();
-            st.samples.clear();
-            st.samples.extend(first);
-            st.samples.push_back(Sample {
-                alloc: v.share.clone(),
-                tau,
-            });
+            while st.samples.len() > 2 {
+                st.samples.pop_front();
+            }
             // No fit in this round, even from two spread samples: the model is gone, so the
             // round reports the phase change and solves again (a learning step).
             st.model = None;
@@ -1222,10 +1220,6 @@ fn observe(st: &mut CellState, v: &CellView, cfg: &PacoraConfig) {
         }
         st.missed_side = side;
     }
-    st.samples.push_back(Sample {
-        alloc: v.share.clone(),
-        tau,
-    });
     while st.samples.len() > cfg.keep {
         st.samples.pop_front();
     }

@@ -131,8 +131,8 @@ const NETNS: &str = "tess-conf";
 const PORT: u16 = 9470;
 /// Shortest clip, seconds. A clip covers the whole run ([`clip_secs`]): its encoding has one
 /// IDR frame, at its start, and a stream that looped would send that keyframe again, every
-/// never-resized stream at the same instant (seven with the defaults), a burst of keyframes the
-/// scenario does not have (its only keyframes start a resize).
+/// never-resized stream at the same instant, a burst of keyframes the scenario does not have
+/// (its only keyframes start a resize).
 const MIN_CLIP_SECS: u32 = 30;
 /// The two encodings: size and x264 bit rate, kbit/s.
 const SMALL: (&str, u32) = ("320x180", 200);

@@ -177,8 +177,7 @@ impl BackgroundTask for LevelInBackground {
         self.due_within_ns
     }
     fn piece_ns_hint(&self) -> u64 {
-        // pieces are cut to about one FFT of the level
-        CostModel::default().fft_ns(&self.task.level()) as u64
+        self.task.longest_piece_ns(&CostModel::default()) as u64
     }
     fn probe(&self) -> super::WorkProbe {
         let probe = self.task.probe();
