@@ -632,7 +632,11 @@ impl Pacora {
             st.last_share = v.share.clone();
             let had_model = st.model.is_some();
             match &v.known {
-                Some(m) => st.model = Some(m.clone()),
+                Some(m) => {
+                    st.model = Some(m.clone());
+                    // Not observed: the next miss is not in a row with the last.
+                    st.missed_side = None;
+                }
                 None => observe(st, v, &self.config),
             }
             if had_model && st.model.is_none() {
@@ -1674,6 +1678,13 @@ mod tests {
         p.decide(&[view("job", s, 0.5 * plant.rate(s, 50), 30.0, 1.0)]);
         p.decide(&[view("job", s, 0.0, 30.0, 1.0)]);
         p.decide(&[view("job", s, 0.5 * plant.rate(s, 52), 30.0, 1.0)]);
+        assert!(!phase_change(&p), "{:?}", p.last_events());
+        assert!(p.model("job").is_some());
+        // Nor with a period between them whose model was given, not observed.
+        let mut given = view("job", s, plant.rate(s, 53), 30.0, 1.0);
+        given.known = p.model("job").cloned();
+        p.decide(&[given]);
+        p.decide(&[view("job", s, 0.5 * plant.rate(s, 54), 30.0, 1.0)]);
         assert!(!phase_change(&p), "{:?}", p.last_events());
         assert!(p.model("job").is_some());
     }
