@@ -439,6 +439,7 @@ impl Sleeper for Half<'_, Consumer> {
 }
 
 /// One attempt to place a record of `len` bytes.
+#[inline]
 fn attempt_place(
     prod: &mut Producer,
     shared: &Shared,
@@ -489,6 +490,9 @@ impl Sender {
         self.prod.demote = on;
     }
 
+    /// Room for a record of `len` bytes, waiting as `deadline` says (`Some(0)`: try once). The
+    /// first attempt is inline: a send into a ring with room costs no call into the waiter.
+    #[inline]
     fn place(
         &mut self,
         len: usize,
@@ -497,26 +501,33 @@ impl Sender {
         if let Some(c) = self.poisoned {
             return Err(WaitEnd::Fail(SendError::Corrupted(c)));
         }
-        let shared = &*self.shared;
-        let mut side = Half {
-            ring: &mut self.prod,
-            shared,
-        };
-        let r = match deadline {
-            Some(0) => match attempt_place(side.ring, shared, len) {
-                Attempt::Ready(p) => Ok(p),
-                Attempt::NotYet => Err(WaitEnd::Timeout),
-                Attempt::Disconnected => Err(WaitEnd::Disconnected),
-                Attempt::Fail(e) => Err(WaitEnd::Fail(e)),
-            },
-            _ => self.waiter.block_on(&mut side, deadline, |s| {
-                attempt_place(s.ring, s.shared, len)
-            }),
+        let r = match attempt_place(&mut self.prod, &self.shared, len) {
+            Attempt::Ready(p) => return Ok(p),
+            Attempt::NotYet if deadline == Some(0) => Err(WaitEnd::Timeout),
+            Attempt::NotYet => self.wait_for_room(len, deadline),
+            Attempt::Disconnected => Err(WaitEnd::Disconnected),
+            Attempt::Fail(e) => Err(WaitEnd::Fail(e)),
         };
         if let Err(WaitEnd::Fail(SendError::Corrupted(c))) = r {
             self.poisoned = Some(c);
         }
         r
+    }
+
+    #[inline(never)]
+    fn wait_for_room(
+        &mut self,
+        len: usize,
+        deadline: Option<u64>,
+    ) -> Result<Placement, WaitEnd<SendError>> {
+        let shared = &*self.shared;
+        let mut side = Half {
+            ring: &mut self.prod,
+            shared,
+        };
+        self.waiter.block_on(&mut side, deadline, |s| {
+            attempt_place(s.ring, s.shared, len)
+        })
     }
 
     fn send_inner(&mut self, msg: &[u8], deadline: Option<u64>) -> Result<(), WaitEnd<SendError>> {
@@ -723,6 +734,7 @@ fn recv_timeout_err(e: WaitEnd<RecvError>) -> RecvTimeoutError {
 }
 
 /// One attempt to find the record at the head.
+#[inline]
 fn attempt_peek(cons: &mut Consumer, shared: &Shared) -> Attempt<Record, RecvError> {
     match cons.peek() {
         Ok(Some(r)) => Attempt::Ready(r),
@@ -762,30 +774,35 @@ impl Receiver {
         self.waiter.spin_budget()
     }
 
+    /// The record at the head, waiting as `deadline` says (`Some(0)`: try once). The first
+    /// look is inline: a receive from a ring that holds a message costs no call into the waiter.
+    #[inline]
     fn next(&mut self, deadline: Option<u64>) -> Result<Record, WaitEnd<RecvError>> {
         if let Some(c) = self.poisoned {
             return Err(WaitEnd::Fail(RecvError::Corrupted(c)));
         }
-        let shared = &*self.shared;
-        let mut side = Half {
-            ring: &mut self.cons,
-            shared,
-        };
-        let r = match deadline {
-            Some(0) => match attempt_peek(side.ring, shared) {
-                Attempt::Ready(r) => Ok(r),
-                Attempt::NotYet => Err(WaitEnd::Timeout),
-                Attempt::Disconnected => Err(WaitEnd::Disconnected),
-                Attempt::Fail(e) => Err(WaitEnd::Fail(e)),
-            },
-            _ => self
-                .waiter
-                .block_on(&mut side, deadline, |s| attempt_peek(s.ring, s.shared)),
+        let r = match attempt_peek(&mut self.cons, &self.shared) {
+            Attempt::Ready(r) => return Ok(r),
+            Attempt::NotYet if deadline == Some(0) => Err(WaitEnd::Timeout),
+            Attempt::NotYet => self.wait_for_message(deadline),
+            Attempt::Disconnected => Err(WaitEnd::Disconnected),
+            Attempt::Fail(e) => Err(WaitEnd::Fail(e)),
         };
         if let Err(WaitEnd::Fail(RecvError::Corrupted(c))) = r {
             self.poisoned = Some(c);
         }
         r
+    }
+
+    #[inline(never)]
+    fn wait_for_message(&mut self, deadline: Option<u64>) -> Result<Record, WaitEnd<RecvError>> {
+        let shared = &*self.shared;
+        let mut side = Half {
+            ring: &mut self.cons,
+            shared,
+        };
+        self.waiter
+            .block_on(&mut side, deadline, |s| attempt_peek(s.ring, s.shared))
     }
 
     /// Receives into `buf` with an internal deadline (`Some(0)`: try once); for the C ABI.

@@ -58,6 +58,8 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod layout;
+#[cfg(not(loom))]
+mod opaque_copy;
 mod region;
 pub mod ring;
 mod sync;

@@ -13,22 +13,23 @@
 //!   mutation through them is what they are for). A value read once is a private copy, validated
 //!   before use; we never read the same word twice expecting the same value.
 //! - **Payload bytes** are copied between the region and private memory, never used in place.
-//!   On x86-64 the copy is a `rep movsb` in inline assembly: opaque to the compiler, so the peer's
-//!   concurrent writes cannot be a data race in Rust's model, and the compiler cannot assume the
-//!   source stays unchanged. Copies of up to 16 bytes use two relaxed atomic word loads. Other
-//!   architectures copy with relaxed atomic word and byte operations (the "byte-wise atomic
-//!   memcpy" of C++ proposal P1478). A peer that writes during a copy changes the values we get,
-//!   nothing else.
+//!   On x86-64 the copy is inline assembly sized like a C library `memcpy` (see
+//!   `opaque_copy`): opaque to the compiler, so the peer's concurrent writes cannot be a data
+//!   race in Rust's model, and the compiler cannot assume the source stays unchanged. Other
+//!   architectures copy with relaxed atomic byte operations (the "byte-wise atomic memcpy" of
+//!   C++ proposal P1478). A peer that writes during a copy changes the values we get, nothing
+//!   else.
 //! - **Bounds**: every access checks its offset and length against the region (offsets are
 //!   derived from private, validated state and masked into the ring besides), so a bug here
-//!   panics instead of touching a neighbour's memory. The region is a sealed memfd mapping
-//!   between guard pages (see `shm`), so the peer cannot shrink it under us.
+//!   panics instead of touching a neighbour's memory. The one exception is the ring's word
+//!   accesses on the hot path (`u64_in_bounds`, `u32_in_bounds`): their offsets are masked into
+//!   a ring, or are constants of the control block, whose bounds `RingRef::new` checked once.
+//!   The region is a sealed memfd mapping between guard pages (see `shm`), so the peer cannot
+//!   shrink it under us.
 //!
 //! Under `--cfg loom` the region is a model: one loom atomic per 8-byte word and per 4-byte word,
 //! payload copies as relaxed word operations, and the futex as a mutex and condition variable.
 //! The ring code above this module is the same in both builds: loom checks the code that ships.
-
-use crate::sync::Ordering;
 
 /// Whether this CPU has `CLDEMOTE` (CPUID leaf 7, ECX bit 25); asked once.
 pub(crate) fn has_cldemote() -> bool {
@@ -64,7 +65,9 @@ pub(crate) use model::Region;
 
 #[cfg(not(loom))]
 mod real {
-    use super::Ordering;
+    use crate::opaque_copy::opaque_copy;
+    #[cfg(feature = "bench")]
+    use crate::sync::Ordering;
     use std::ptr::NonNull;
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -101,15 +104,23 @@ mod real {
         /// `off` is a multiple of `align`.
         #[inline(always)]
         fn at(&self, off: usize, size: usize, align: usize) -> *mut u8 {
-            assert!(
-                off % align == 0 && off <= self.len && size <= self.len - off,
-                "shared-memory access {off}+{size} (align {align}) outside a {}-byte region",
-                self.len
-            );
+            if !(off % align == 0 && off <= self.len && size <= self.len - off) {
+                outside(off, size, align, self.len);
+            }
             // SAFETY: `off <= len`, so the result is inside the mapping or one past its end.
             unsafe { self.base.as_ptr().add(off) }
         }
 
+        /// The address of byte `off` for a cache hint (`CLDEMOTE`, `PREFETCHW`), which cannot
+        /// fault and has no architectural effect, so it needs no bounds check; `off` is masked
+        /// into a ring by the caller anyway.
+        #[inline(always)]
+        fn hint_at(&self, off: usize) -> *const u8 {
+            debug_assert!(off < self.len, "cache hint at {off} outside {}", self.len);
+            self.base.as_ptr().wrapping_add(off)
+        }
+
+        #[cfg(feature = "bench")]
         #[inline(always)]
         fn u64_at(&self, off: usize) -> &AtomicU64 {
             let p = self.at(off, 8, 8).cast::<u64>();
@@ -118,6 +129,7 @@ mod real {
             unsafe { AtomicU64::from_ptr(p) }
         }
 
+        #[cfg(feature = "bench")]
         #[inline(always)]
         fn u32_at(&self, off: usize) -> &AtomicU32 {
             let p = self.at(off, 4, 4).cast::<u32>();
@@ -125,68 +137,70 @@ mod real {
             unsafe { AtomicU32::from_ptr(p) }
         }
 
-        /// Atomic load of the 8-byte word at `off` (8-aligned).
+        /// The 8-byte word at `off`, without the bounds check: for the ring's hot path, whose
+        /// offsets are masked into bounds checked once when the ring was made.
+        ///
+        /// # Safety
+        /// `off` is 8-aligned and `off + 8 <= self.len()`.
+        #[inline(always)]
+        pub(crate) unsafe fn u64_in_bounds(&self, off: usize) -> &AtomicU64 {
+            debug_assert!(off % 8 == 0 && off + 8 <= self.len, "word at {off}");
+            // SAFETY: in bounds and aligned (caller's contract), inside the mapping, which
+            // outlives `self`; an atomic may be mutated by others while referenced.
+            unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast::<u64>()) }
+        }
+
+        /// The 4-byte word at `off`, without the bounds check (see [`u64_in_bounds`]).
+        ///
+        /// # Safety
+        /// `off` is 4-aligned and `off + 4 <= self.len()`.
+        ///
+        /// [`u64_in_bounds`]: Self::u64_in_bounds
+        #[inline(always)]
+        pub(crate) unsafe fn u32_in_bounds(&self, off: usize) -> &AtomicU32 {
+            debug_assert!(off % 4 == 0 && off + 4 <= self.len, "word at {off}");
+            // SAFETY: as in `u64_in_bounds`, for a 4-aligned word.
+            unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(off).cast::<u32>()) }
+        }
+
+        /// Atomic load of the 8-byte word at `off` (8-aligned). Checked; for the
+        /// hostile-peer fuzzer, which plays the peer (the ring itself uses the accessors above).
+        #[cfg(feature = "bench")]
         #[inline(always)]
         pub(crate) fn load_u64(&self, off: usize, order: Ordering) -> u64 {
             self.u64_at(off).load(order)
         }
 
-        /// Atomic store of the 8-byte word at `off` (8-aligned).
+        /// Atomic store of the 8-byte word at `off` (8-aligned). Checked; for the
+        /// hostile-peer fuzzer, which plays the peer (the ring itself uses the accessors above).
+        #[cfg(feature = "bench")]
         #[inline(always)]
         pub(crate) fn store_u64(&self, off: usize, v: u64, order: Ordering) {
             self.u64_at(off).store(v, order)
         }
 
-        /// Atomic load of the 4-byte word at `off` (4-aligned).
-        #[inline(always)]
-        pub(crate) fn load_u32(&self, off: usize, order: Ordering) -> u32 {
-            self.u32_at(off).load(order)
-        }
-
-        /// Atomic store of the 4-byte word at `off` (4-aligned).
+        /// Atomic store of the 4-byte word at `off` (4-aligned). Checked; for the
+        /// hostile-peer fuzzer.
+        #[cfg(feature = "bench")]
         #[inline(always)]
         pub(crate) fn store_u32(&self, off: usize, v: u32, order: Ordering) {
             self.u32_at(off).store(v, order)
-        }
-
-        /// Atomic swap of the 4-byte word at `off` (4-aligned).
-        #[inline(always)]
-        pub(crate) fn swap_u32(&self, off: usize, v: u32, order: Ordering) -> u32 {
-            self.u32_at(off).swap(v, order)
         }
 
         /// Copies `dst.len()` bytes at `off` out into private memory.
         #[inline(always)]
         pub(crate) fn copy_out(&self, off: usize, dst: &mut [u8]) {
             let len = dst.len();
-            if len <= 16 && off % 8 == 0 && off + 16 <= self.len {
-                // Two atomic word loads (the bytes past `len` are read and dropped).
-                let w = [
-                    self.load_u64(off, Ordering::Relaxed).to_ne_bytes(),
-                    self.load_u64(off + 8, Ordering::Relaxed).to_ne_bytes(),
-                ];
-                dst.copy_from_slice(&w.as_flattened()[..len]);
-                return;
-            }
             let src = self.at(off, len, 1);
             // SAFETY: `src .. src + len` is inside the mapping (checked); `dst` is private,
             // writable and cannot overlap shared memory we were handed as a Region.
             unsafe { opaque_copy(src, dst.as_mut_ptr(), len) }
         }
 
-        /// Copies `src` into the region at `off`. With `padded`, the caller owns the bytes up to
-        /// the next multiple of 8 after the copy, and they may be overwritten (with zeros).
+        /// Copies `src` into the region at `off`.
         #[inline(always)]
-        pub(crate) fn copy_in(&self, off: usize, src: &[u8], padded: bool) {
+        pub(crate) fn copy_in(&self, off: usize, src: &[u8]) {
             let len = src.len();
-            if padded && len <= 16 && off % 8 == 0 && off + len.next_multiple_of(8) <= self.len {
-                let mut w = [[0u8; 8]; 2];
-                w.as_flattened_mut()[..len].copy_from_slice(src);
-                for (k, word) in w.iter().enumerate().take(len.div_ceil(8)) {
-                    self.store_u64(off + 8 * k, u64::from_ne_bytes(*word), Ordering::Relaxed);
-                }
-                return;
-            }
             let dst = self.at(off, len, 1);
             // SAFETY: `dst .. dst + len` is inside the mapping (checked); `src` is private.
             unsafe { opaque_copy(src.as_ptr(), dst, len) }
@@ -194,6 +208,7 @@ mod real {
 
         /// Copies `len` bytes at `off` to `dst_off` of `dst` (possibly the same region; the two
         /// ranges are the caller's and do not overlap).
+        #[inline(always)]
         pub(crate) fn copy_to(&self, off: usize, dst: &Region, dst_off: usize, len: usize) {
             let s = self.at(off, len, 1);
             let d = dst.at(dst_off, len, 1);
@@ -257,9 +272,9 @@ mod real {
         /// NOP where unsupported). No architectural effect on memory.
         #[inline(always)]
         pub(crate) fn demote_line(&self, off: usize) {
-            let _line = self.at(off, 1, 1);
-            // SAFETY: `_line` lies inside the mapping; CLDEMOTE neither reads nor writes memory
-            // architecturally.
+            let _line = self.hint_at(off);
+            // SAFETY: CLDEMOTE neither reads nor writes memory architecturally, and a hint does
+            // not fault whatever the address.
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 std::arch::asm!("cldemote [{0}]", in(reg) _line, options(nostack, preserves_flags))
@@ -270,9 +285,9 @@ mod real {
         /// architectural effect on memory.
         #[inline(always)]
         pub(crate) fn claim_line(&self, off: usize) {
-            let _line = self.at(off, 1, 1);
-            // SAFETY: `_line` lies inside the mapping; PREFETCHW neither reads nor writes memory
-            // architecturally.
+            let _line = self.hint_at(off);
+            // SAFETY: PREFETCHW neither reads nor writes memory architecturally, and a prefetch
+            // does not fault whatever the address.
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 std::arch::asm!("prefetchw [{0}]", in(reg) _line, options(nostack, preserves_flags))
@@ -280,46 +295,18 @@ mod real {
         }
     }
 
-    /// Copies `len` bytes from `src` to `dst` where either side may be shared memory that
-    /// another process writes concurrently.
-    ///
-    /// # Safety
-    /// Both ranges are valid for `len` bytes (reads at `src`, writes at `dst`) and do not
-    /// overlap; no Rust reference to plain data exists over either shared range.
-    #[inline(always)]
-    pub(crate) unsafe fn opaque_copy(src: *const u8, dst: *mut u8, len: usize) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `rep movsb` copies rcx bytes from [rsi] to [rdi], forward (DF is clear on
-        // entry to an asm block, as Rust requires), touching exactly the two ranges the caller
-        // vouches for. The compiler sees an opaque block: it neither assumes the source stable
-        // nor reorders the copy across our atomic operations' fences.
-        unsafe {
-            std::arch::asm!(
-                "rep movsb",
-                inout("rcx") len => _,
-                inout("rsi") src => _,
-                inout("rdi") dst => _,
-                options(nostack, preserves_flags)
-            );
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            use std::sync::atomic::AtomicU8;
-            for i in 0..len {
-                // SAFETY: both bytes lie in the caller's ranges; byte atomics have no alignment
-                // requirement and may be mutated concurrently.
-                unsafe {
-                    let v = AtomicU8::from_ptr(src.add(i) as *mut u8).load(Ordering::Relaxed);
-                    AtomicU8::from_ptr(dst.add(i)).store(v, Ordering::Relaxed);
-                }
-            }
-        }
+    /// The panic of a failed bounds check, out of the hot path (an inline `assert!` made the
+    /// compiler store its message arguments on every access).
+    #[cold]
+    #[inline(never)]
+    fn outside(off: usize, size: usize, align: usize, len: usize) -> ! {
+        panic!("shared-memory access {off}+{size} (align {align}) outside a {len}-byte region")
     }
 }
 
 #[cfg(loom)]
 mod model {
-    use super::Ordering;
+    use crate::sync::Ordering;
     use crate::sync::{AtomicU32, AtomicU64};
     use std::sync::Arc;
 
@@ -367,6 +354,14 @@ mod model {
             &self.inner.w32[off / 4]
         }
 
+        /// The model checks bounds anyway.
+        pub(crate) unsafe fn u64_in_bounds(&self, off: usize) -> &AtomicU64 {
+            self.w64(off)
+        }
+        pub(crate) unsafe fn u32_in_bounds(&self, off: usize) -> &AtomicU32 {
+            self.w32(off)
+        }
+
         pub(crate) fn load_u64(&self, off: usize, order: Ordering) -> u64 {
             self.w64(off).load(order)
         }
@@ -393,7 +388,7 @@ mod model {
         }
 
         /// Relaxed word stores (read-modify-write of partly covered words: the writer owns them).
-        pub(crate) fn copy_in(&self, off: usize, src: &[u8], _padded: bool) {
+        pub(crate) fn copy_in(&self, off: usize, src: &[u8]) {
             let mut at = off;
             for chunk_end in ((off & !7) + 8..).step_by(8) {
                 let end = chunk_end.min(off + src.len());

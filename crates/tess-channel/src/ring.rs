@@ -45,7 +45,8 @@
 //! between the previously seen value and the private tail; every header the consumer reads must
 //! carry the right sequence number, a length within the maximum, and end inside the ring. Any
 //! violation is a [`Corruption`]; no offset derived from shared memory is used before it is
-//! checked, and the memory accessors mask and bound-check offsets besides. Shared memory is
+//! checked, and the memory accessors mask offsets into the ring besides (and the region
+//! bound-checks every payload copy). Shared memory is
 //! reached only through [`Region`](crate::region::Region): single atomic word operations and
 //! opaque copies, never a Rust reference to plain data (see `region` for the safety model).
 //! The checks of a record header are the pure function [`decode_record`], also fuzzed on its
@@ -61,7 +62,7 @@ use crate::layout::{
     CTRL_SIZE, CTRL_TX_SLEEP, HDR_PAD, HDR_SEQ_MASK, HDR_VALID, RECORD_HEADER,
 };
 use crate::region::Region;
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Shared memory of one ring was found in a state no honest peer produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -134,8 +135,12 @@ pub fn decode_record(
 }
 
 /// One ring inside a [`Region`]: its control block and data area, at offsets checked once at
-/// construction. Every access below masks its index into the ring, and the region checks bounds
-/// again.
+/// construction. Every access below masks its index into the ring. Payload copies are checked
+/// again by the region; word accesses are not, and rely on the checks of [`RingRef::new`].
+///
+/// Safety invariant: `cap` is a power of two of at least 8, `ctrl` and `data` are 8-aligned, and
+/// `ctrl + CTRL_SIZE` and `data + cap` are at most the region's length. The fields are private
+/// and set only by `new`.
 #[derive(Debug, Clone)]
 pub(crate) struct RingRef {
     region: Region,
@@ -154,8 +159,9 @@ impl RingRef {
             ctrl % 8 == 0 && data % 8 == 0,
             "unaligned ring at {ctrl}/{data}"
         );
+        let inside = |at: usize, len: usize| at.checked_add(len).is_some_and(|e| e <= region.len());
         assert!(
-            ctrl + CTRL_SIZE <= region.len() && data + cap <= region.len(),
+            inside(ctrl, CTRL_SIZE) && inside(data, cap),
             "ring at {ctrl}/{data}+{cap} outside a {}-byte region",
             region.len()
         );
@@ -179,24 +185,51 @@ impl RingRef {
         self.data + ((index as usize) & (self.cap - 1) & !7)
     }
 
+    /// The 8-byte word holding byte index `index` of the ring.
+    #[inline(always)]
+    fn word(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: `word_at` masks the index into `[0, cap - 8]` and to a multiple of 8, and
+        // `new` checked that `data` is 8-aligned and `data + cap` inside the region.
+        unsafe { self.region.u64_in_bounds(self.word_at(index)) }
+    }
+
     #[inline(always)]
     fn load_word(&self, index: u64, order: Ordering) -> u64 {
-        self.region.load_u64(self.word_at(index), order)
+        self.word(index).load(order)
     }
 
     #[inline(always)]
     fn store_word(&self, index: u64, v: u64, order: Ordering) {
-        self.region.store_u64(self.word_at(index), v, order)
+        self.word(index).store(v, order)
+    }
+
+    /// The 4-byte control word at control-block offset `field` (one of the `CTRL_*` u32s).
+    #[inline(always)]
+    fn ctrl_u32(&self, field: usize) -> &AtomicU32 {
+        // Folds away: every caller passes a constant.
+        assert!(
+            field % 4 == 0 && field <= CTRL_SIZE - 4,
+            "control word at {field}"
+        );
+        // SAFETY: `field` is 4-aligned and inside the control block (checked above), and `new`
+        // checked that the block is 8-aligned and inside the region.
+        unsafe { self.region.u32_in_bounds(self.ctrl + field) }
+    }
+
+    /// The consumer's head, in the control block.
+    #[inline(always)]
+    fn head_word(&self) -> &AtomicU64 {
+        const { assert!(CTRL_HEAD % 8 == 0 && CTRL_HEAD + 8 <= CTRL_SIZE) };
+        // SAFETY: as in `ctrl_u32`, for the 8-aligned u64 at `CTRL_HEAD`.
+        unsafe { self.region.u64_in_bounds(self.ctrl + CTRL_HEAD) }
     }
 
     /// Offset in the region of data-area offset `off` (`off + len <= cap`, checked).
     #[inline(always)]
     fn data_at(&self, off: usize, len: usize) -> usize {
-        assert!(
-            off <= self.cap && len <= self.cap - off,
-            "ring access {off}+{len} outside capacity {}",
-            self.cap
-        );
+        if !(off <= self.cap && len <= self.cap - off) {
+            out_of_range("ring access", off, len, self.cap);
+        }
         self.data + off
     }
 
@@ -230,55 +263,53 @@ impl RingRef {
         self.for_each_line(from, to, |off| self.region.claim_line(off));
     }
 
-    #[inline(always)]
-    fn head(&self) -> usize {
-        self.ctrl + CTRL_HEAD
-    }
-
     /// Sets the futex word at control-block offset `field` and issues the SeqCst fence of the
     /// sleep protocol.
     fn announce(&self, field: usize) {
-        self.region
-            .store_u32(self.ctrl + field, 1, Ordering::Relaxed);
+        self.ctrl_u32(field).store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
 
     /// Sleeps on the futex word at `field` while it is 1, then withdraws the announcement.
     fn sleep(&self, field: usize, timeout_ns: Option<u64>) {
         self.region.futex_wait(self.ctrl + field, 1, timeout_ns);
-        self.region
-            .store_u32(self.ctrl + field, 0, Ordering::Relaxed);
+        self.ctrl_u32(field).store(0, Ordering::Relaxed);
     }
 
     fn cancel(&self, field: usize) {
-        self.region
-            .store_u32(self.ctrl + field, 0, Ordering::Relaxed);
+        self.ctrl_u32(field).store(0, Ordering::Relaxed);
     }
 
     /// After a SeqCst fence: wakes the side sleeping on `field` if it announced it sleeps.
     #[inline(always)]
     fn wake_if_asleep(&self, field: usize) {
-        let at = self.ctrl + field;
-        if self.region.load_u32(at, Ordering::Relaxed) != 0
-            && self.region.swap_u32(at, 0, Ordering::Relaxed) != 0
-        {
-            self.region.futex_wake(at);
+        let word = self.ctrl_u32(field);
+        if word.load(Ordering::Relaxed) != 0 && word.swap(0, Ordering::Relaxed) != 0 {
+            self.region.futex_wake(self.ctrl + field);
         }
     }
 
     /// Sets a hang-up flag and wakes the other side, whatever it announced.
     fn hang_up(&self, flag: usize, wake: usize) {
-        self.region
-            .store_u32(self.ctrl + flag, 1, Ordering::Release);
+        self.ctrl_u32(flag).store(1, Ordering::Release);
         fence(Ordering::SeqCst);
-        self.region
-            .store_u32(self.ctrl + wake, 0, Ordering::Relaxed);
+        self.ctrl_u32(wake).store(0, Ordering::Relaxed);
         self.region.futex_wake(self.ctrl + wake);
     }
 
+    #[inline(always)]
     fn flag(&self, flag: usize) -> bool {
-        self.region.load_u32(self.ctrl + flag, Ordering::Acquire) != 0
+        self.ctrl_u32(flag).load(Ordering::Acquire) != 0
     }
+}
+
+/// The panic of a failed range check: `len` bytes at `offset` of something `size` bytes long.
+/// Out of the hot path, so that the checks cost a compare and a branch (an inline `assert!` made
+/// the compiler store its message arguments on every call).
+#[cold]
+#[inline(never)]
+fn out_of_range(what: &str, offset: usize, len: usize, size: usize) -> ! {
+    panic!("{what}: {len} bytes at byte {offset} of {size}")
 }
 
 /// Where a record is going to be written.
@@ -346,10 +377,7 @@ impl Producer {
     /// Reloads the consumer's head and checks it lies in `[head_cache, tail]`, 8-aligned.
     #[inline]
     fn refresh_head(&mut self) -> Result<(), Corruption> {
-        let h = self
-            .ring
-            .region
-            .load_u64(self.ring.head(), Ordering::Acquire);
+        let h = self.ring.head_word().load(Ordering::Acquire);
         let behind = self.tail.wrapping_sub(h);
         if h & 7 != 0 || behind > self.tail.wrapping_sub(self.head_cache) {
             return Err(Corruption {
@@ -396,29 +424,25 @@ impl Producer {
         ((p.rec & (self.cap - 1)) as usize) + RECORD_HEADER
     }
 
-    /// Copies `src` (at most `p.len` bytes) to the start of the payload of `p`; the bytes up to
-    /// the record's 8-byte boundary may be overwritten.
+    /// Copies `src` (at most `p.len` bytes) to the start of the payload of `p`.
     #[inline(always)]
     pub(crate) fn write(&self, p: &Placement, src: &[u8]) {
         debug_assert!(src.len() <= p.len);
         let src = &src[..src.len().min(p.len)];
         let at = self.ring.data_at(self.payload_offset(p), src.len());
-        self.ring.region.copy_in(at, src, true);
+        self.ring.region.copy_in(at, src);
     }
 
     /// Copies `src` to byte `offset` of the payload of `p` (`offset + src.len() <= p.len`,
     /// panics otherwise), leaving the other bytes alone.
     pub(crate) fn write_at(&self, p: &Placement, offset: usize, src: &[u8]) {
-        assert!(
-            offset <= p.len && src.len() <= p.len - offset,
-            "write of {} bytes at {offset} into a {}-byte slot",
-            src.len(),
-            p.len
-        );
+        if !(offset <= p.len && src.len() <= p.len - offset) {
+            out_of_range("write into a slot", offset, src.len(), p.len);
+        }
         let at = self
             .ring
             .data_at(self.payload_offset(p) + offset, src.len());
-        self.ring.region.copy_in(at, src, false);
+        self.ring.region.copy_in(at, src);
     }
 
     /// Copies `len` bytes of the payload of `r`, read by `from`, from its byte `offset` to byte
@@ -434,7 +458,12 @@ impl Producer {
         offset: usize,
         len: usize,
     ) {
-        assert!(offset <= r.len && len <= r.len - offset && at <= p.len && len <= p.len - at);
+        if !(offset <= r.len && len <= r.len - offset) {
+            out_of_range("copy from a message", offset, len, r.len);
+        }
+        if !(at <= p.len && len <= p.len - at) {
+            out_of_range("copy into a slot", at, len, p.len);
+        }
         let src = from.ring.data_at(r.offset + offset, len);
         let dst = self.ring.data_at(self.payload_offset(p) + at, len);
         from.ring.region.copy_to(src, &self.ring.region, dst, len);
@@ -608,12 +637,9 @@ impl Consumer {
     /// Panics if the range is outside the payload.
     #[inline(always)]
     pub(crate) fn read_at(&self, r: &Record, offset: usize, dst: &mut [u8]) {
-        assert!(
-            offset <= r.len && dst.len() <= r.len - offset,
-            "read of {} bytes at {offset} from a {}-byte message",
-            dst.len(),
-            r.len
-        );
+        if !(offset <= r.len && dst.len() <= r.len - offset) {
+            out_of_range("read from a message", offset, dst.len(), r.len);
+        }
         let at = self.ring.data_at(r.offset + offset, dst.len());
         self.ring.region.copy_out(at, dst);
     }
@@ -640,9 +666,7 @@ impl Consumer {
             return;
         }
         self.published_head = self.head;
-        self.ring
-            .region
-            .store_u64(self.ring.head(), self.head, Ordering::Release);
+        self.ring.head_word().store(self.head, Ordering::Release);
         fence(Ordering::SeqCst);
         self.ring.wake_if_asleep(CTRL_TX_SLEEP);
     }

@@ -155,7 +155,7 @@ impl Mapping {
 
     /// Writes the header (creator only, before anyone else maps the file).
     pub(crate) fn write_header(&self, h: &ChannelHeader) {
-        self.region().copy_in(0, &h.encode(), false);
+        self.region().copy_in(0, &h.encode());
     }
 
     /// Start of the mapping (for tests that play a hostile peer).

@@ -3,7 +3,7 @@
 //! the same way, in [`region`](crate::region).
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};

@@ -145,7 +145,7 @@ fn batches_and_zero_copy() {
 }
 
 #[test]
-#[should_panic(expected = "read of 2 bytes at 2 from a 3-byte message")]
+#[should_panic(expected = "read from a message: 2 bytes at byte 2 of 3")]
 fn slot_access_outside_the_message_panics() {
     let (mut a, mut b) = Channel::pair(&small()).unwrap();
     a.send(b"abc").unwrap();

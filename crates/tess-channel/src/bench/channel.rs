@@ -19,27 +19,93 @@ fn pair(capacity: usize) -> anyhow::Result<(Endpoint, Endpoint)> {
     .context("creating the benchmark channel")
 }
 
-/// Echo peer: sends back every message, copying it once from the incoming ring into the
-/// outgoing one (peek, reserve, copy ring to ring, commit, release), until an empty one.
-fn echo(b: &mut Endpoint) -> i32 {
+/// What the echo peer did with one message.
+enum Echoed {
+    /// Sent it back.
+    Back,
+    /// It was empty: the end.
+    Stop,
+    /// The channel failed (exit code for the peer).
+    Failed(i32),
+}
+
+/// Sends back the next message, copying it once from the incoming ring into the outgoing one
+/// (peek, reserve, copy ring to ring, commit, release).
+#[inline]
+fn echo_one(b: &mut Endpoint) -> Echoed {
     let (tx, rx) = b.halves();
-    loop {
-        let m = match rx.peek() {
-            Ok(m) => m,
-            Err(_) => return 1,
-        };
-        if m.is_empty() {
-            return 0;
-        }
-        match tx.reserve(m.len()) {
-            Ok(mut slot) => {
-                slot.copy_from(0, &m, 0, m.len());
-                slot.commit();
-            }
-            Err(_) => return 2,
-        }
-        m.release();
+    let m = match rx.peek() {
+        Ok(m) => m,
+        Err(_) => return Echoed::Failed(1),
+    };
+    if m.is_empty() {
+        return Echoed::Stop;
     }
+    match tx.reserve(m.len()) {
+        Ok(mut slot) => {
+            slot.copy_from(0, &m, 0, m.len());
+            slot.commit();
+        }
+        Err(_) => return Echoed::Failed(2),
+    }
+    m.release();
+    Echoed::Back
+}
+
+/// Echo peer: sends back every message until an empty one.
+fn echo(b: &mut Endpoint) -> i32 {
+    loop {
+        match echo_one(b) {
+            Echoed::Back => {}
+            Echoed::Stop => return 0,
+            Echoed::Failed(code) => return code,
+        }
+    }
+}
+
+/// The round trip's code alone: the same send, echo and receive as [`rtt`], with both ends in
+/// this thread, so that no cache line crosses harts and no side waits. For each size, the
+/// median over `batches` of the mean of 1,000 round trips (ns): the part of a round trip that
+/// is the channel's own instructions, which the host's noise does not reach.
+pub(crate) fn rtt_one_thread(
+    o: &BenchOptions,
+    sizes: &[usize],
+    batches: usize,
+) -> anyhow::Result<Vec<f64>> {
+    const PER_BATCH: u64 = 1_000;
+    let (mut a, mut b) = pair(o.capacity)?;
+    a.set_wait(Wait::BusyPoll);
+    b.set_wait(Wait::BusyPoll);
+    // Demoting a message's lines out of the core that reads them next would only add misses
+    // here (a CPU with `CLDEMOTE`); claiming the next lines is harmless and left on.
+    a.halves().0.set_demote(false);
+    b.halves().0.set_demote(false);
+    let msg = vec![0x3cu8; MAX_SIZE];
+    let mut back = vec![0u8; MAX_SIZE];
+    let mut medians = Vec::new();
+    for &size in sizes {
+        let mut means = Vec::with_capacity(batches);
+        for i in 0..batches + batches / 10 {
+            let t0 = now_ns();
+            for _ in 0..PER_BATCH {
+                a.send(&msg[..size]).context("channel send")?;
+                if !matches!(echo_one(&mut b), Echoed::Back) {
+                    bail!("the in-thread echo failed");
+                }
+                let n = a.recv(&mut back).context("channel recv")?;
+                if n != size {
+                    bail!("echo returned {n} bytes for {size}");
+                }
+            }
+            // The first tenth warms up.
+            if i >= batches / 10 {
+                means.push((now_ns() - t0) as f64 / PER_BATCH as f64);
+            }
+        }
+        means.sort_by(f64::total_cmp);
+        medians.push(means[means.len() / 2]);
+    }
+    Ok(medians)
 }
 
 /// Round trips of each size in `sizes` (`samples` each, after a warm-up), with both sides

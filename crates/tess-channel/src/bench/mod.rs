@@ -6,9 +6,10 @@
 //! [`BenchOptions::child_hart`]. Phases: raw futex ping-pongs, Unix socket pair and pipe at
 //! every size (blocking, and non-blocking with spinning reads), the flag ping-pong carrying
 //! the message (the floor of each size), the bare flag ping-pong (the hardware floor), channel
-//! busy-poll round trips at every size, the bare flag again, channel blocking round trips at
-//! every size, a channel adaptive round trip at 512 bytes, one-way channel throughput at every
-//! size, and single-core memcpy bandwidth.
+//! busy-poll round trips at every size, the bare flag again, the busy-poll round trip's code
+//! alone (both ends in one thread), channel blocking round trips at every size, a channel
+//! adaptive round trip at 512 bytes, one-way channel throughput at every size, and single-core
+//! memcpy bandwidth.
 //!
 //! Sizes are those of the seed tables: seed 001 Table 1 (inter-cell round trip, 512 to 4480
 //! bytes, average 0.73 to 2.42 us) and seed 003's channel table (4 to 1024 bytes, latency about
@@ -24,9 +25,11 @@
 //!
 //! Figures (issue 3, issue 11): `rtt_busy_median_ns_SIZE`, `payload_rtt_median_ns_SIZE` (the
 //! flag ping-pong that also moves SIZE bytes each way: the hardware floor of that size),
-//! `rtt_busy_p999_ns_SIZE`, `rtt_busy_mean_ns_SIZE`, `rtt_block_median_ns_SIZE`, `flag_rtt_median_ns`
-//! (measured just before the channel's busy-poll runs) and `flag_rtt_after_median_ns` (just
-//! after: a check that the host did not move the harts in between),
+//! `rtt_busy_p999_ns_SIZE`, `rtt_busy_mean_ns_SIZE`, `rtt_one_thread_ns_SIZE` (the same round
+//! trip with both ends in one thread: the code's own cost, without cross-hart traffic),
+//! `rtt_block_median_ns_SIZE`, `flag_rtt_median_ns` (measured just before the channel's
+//! busy-poll runs) and `flag_rtt_after_median_ns` (just after: a check that the host did not
+//! move the harts in between),
 //! `futex_rtt_median_ns` (wakes only a waiting peer), `futex_always_wake_rtt_median_ns`,
 //! `uds_rtt_median_ns_SIZE`, `pipe_rtt_median_ns_SIZE` (blocking), `uds_poll_rtt_median_ns_SIZE`,
 //! `pipe_poll_rtt_median_ns_SIZE`, `linux_block_rtt_{median,mean}_ns_SIZE` and
@@ -226,6 +229,7 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
             flag.median, flag_after.median
         ));
     }
+    let one_thread = channel::rtt_one_thread(o, &o.sizes, (o.rtt_samples / 1_000).max(20))?;
     let block = channel::rtt(o, &o.sizes, o.block_samples, Wait::Sleep)?;
     let adaptive = Summary::of_ns(&channel::rtt(o, &[512], o.block_samples, Wait::Adaptive)?[0]);
 
@@ -240,12 +244,16 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
             "median / flag",
             "payload floor",
             "median / payload floor",
+            "code alone",
         ],
     );
     let mut busy_by_size = Vec::new();
-    for ((&size, samples), floor) in o.sizes.iter().zip(&busy).zip(&payload) {
+    for (((&size, samples), floor), code) in
+        o.sizes.iter().zip(&busy).zip(&payload).zip(&one_thread)
+    {
         let s = Summary::of_ns(samples);
         r.figure(format!("payload_rtt_median_ns_{size}"), floor.median);
+        r.figure(format!("rtt_one_thread_ns_{size}"), code.round());
         r.figure(format!("rtt_busy_median_ns_{size}"), s.median);
         r.figure(format!("rtt_busy_mean_ns_{size}"), s.mean);
         r.figure(format!("rtt_busy_p99_ns_{size}"), s.p99);
@@ -260,6 +268,7 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
             format!("{:.2}", s.median / flag.median),
             ns(floor.median),
             format!("{:.2}", s.median / floor.median),
+            ns(*code),
         ]);
         busy_by_size.push((size, s));
     }
@@ -465,6 +474,11 @@ fn measure(o: &BenchOptions) -> anyhow::Result<Report> {
          buffer into its own and raises its flag, the measuring side copies the answer out (the \
          channel round trip's copies and line traffic at the least; the flag floor moves one line \
          each way, a 512-byte message nine)",
+    );
+    r.note(
+        "code alone: the same send, echo and receive with both ends in the measuring thread \
+         (no cache line crosses harts, nobody waits): median over batches of the mean of 1,000 \
+         round trips; the part of the round trip that is the channel's own instructions",
     );
     r.note(
         "flag baseline: each side owns a flag on its own 128-byte slot and spins on the \
