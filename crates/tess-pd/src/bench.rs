@@ -11,9 +11,11 @@
 //!   measured on 64 trivial voices (`sig~ -> *~`): parallel block time minus half the serial
 //!   block time (a perfect split over the 2 harts).
 //! - `pd_realtime_ratio`: voices one hart sustains in real time at 64-sample blocks, ours over
-//!   Pd 0.53's (`pd -batch` computing the same patch: the wall time of a 21 s run minus a 1 s
-//!   run, so Pd's start-up does not count against it). `voices_1_hart`, `voices_2_harts`,
-//!   `pd_voices_1_hart` alongside.
+//!   Pd 0.53's: in five rounds, the wall time our engine takes to compute 20 s of the wide
+//!   patch against Pd's (`pd -batch`: a 21 s run minus a 1 s run, so Pd's start-up does not
+//!   count against it), back to back; the median of the rounds' ratios, with
+//!   `pd_realtime_ratio_min` and `_max`. `voices_1_hart`, `voices_2_harts` (work stealing) and
+//!   `pd_voices_1_hart` from the rounds' median times.
 //! - `conv_speedup_2_harts`: parallel plug-ins in the same scheduler: four `tess~conv`
 //!   reverbs (a 3 s response) with time-distributed long levels, each level's sub-tasks a task
 //!   of the graph of its own; per-block median on 1 hart over 2 harts with work stealing.
@@ -281,15 +283,6 @@ fn median_us(v: &[u64]) -> f64 {
     Summary::of_ns_as_us(v).median
 }
 
-/// The lowest mean block time of three consecutive thirds of the run: measured like Pd's
-/// (best of three runs), so that one host stall (up to 45 ms in some runs here) in one third
-/// does not count against either side.
-fn best_third_mean_us(v: &[u64]) -> f64 {
-    v.chunks(v.len().div_ceil(3).max(1))
-        .map(mean_us)
-        .fold(f64::INFINITY, f64::min)
-}
-
 fn mean_us(v: &[u64]) -> f64 {
     v.iter().sum::<u64>() as f64 / v.len().max(1) as f64 / 1000.0
 }
@@ -335,6 +328,97 @@ fn pd_batch_seconds(patch: &Path, seconds: f64, rt: Option<i32>) -> anyhow::Resu
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(wall)
+}
+
+/// Seconds of wall time our engine takes to compute `audio_s` seconds of `patch` on `exec`,
+/// after 100 untimed warm-up blocks on a freshly opened engine: the same measure as Pd's
+/// `-batch` wall time, less its start-up.
+fn engine_seconds(patch: &Path, exec: &mut Executor, audio_s: f64) -> anyhow::Result<f64> {
+    let mut e = Engine::open_with(
+        patch,
+        Config {
+            sample_rate: SR,
+            block: BLOCK,
+        },
+        &EngineOptions::default(),
+    )?;
+    for _ in 0..100 {
+        e.tick(exec);
+    }
+    let blocks = (audio_s * f64::from(SR) / BLOCK as f64).round() as usize;
+    let start = Instant::now();
+    for _ in 0..blocks {
+        e.tick(exec);
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// One round of the capacity comparison: the wall time of the same audio computed by our
+/// engine on 1 hart, on 2 harts (work stealing), and by Pd (None if Pd could not be run).
+struct CapacityRound {
+    ours_1: f64,
+    ours_2: f64,
+    pd: Option<f64>,
+}
+
+/// The capacity comparison against Pd, in `rounds` rounds of `audio_s` seconds of the wide
+/// patch each: our engine on 1 hart and on 2, and Pd's steady-state time for the same audio
+/// (the wall time of a run of `1 + audio_s` seconds minus a run of 1 s, so that Pd's start-up,
+/// patch load and DSP set-up cancel out), back to back, the order alternating from round to
+/// round. Each round's sides run within a couple of seconds of each other, so a stretch of host
+/// noise weighs on one round's ratio, not on every figure of one side; the figures are medians
+/// over the rounds. Pd's error, if any, comes back beside the rounds.
+fn capacity_rounds(
+    wide: &Path,
+    audio_s: f64,
+    rounds: usize,
+    mut par: impl FnMut() -> Executor,
+    rt: Option<i32>,
+) -> anyhow::Result<(Vec<CapacityRound>, Option<anyhow::Error>)> {
+    let mut out = Vec::with_capacity(rounds);
+    let mut pd_error = None;
+    let pd = |pd_error: &mut Option<anyhow::Error>| -> Option<f64> {
+        if pd_error.is_some() {
+            return None;
+        }
+        let run = || -> anyhow::Result<f64> {
+            let short = pd_batch_seconds(wide, 1.0, rt)?;
+            let long = pd_batch_seconds(wide, 1.0 + audio_s, rt)?;
+            anyhow::ensure!(
+                long > short,
+                "Pd's long run ({long:.3} s) was not slower than its short one ({short:.3} s)"
+            );
+            Ok(long - short)
+        };
+        run().map_err(|e| *pd_error = Some(e)).ok()
+    };
+    for round in 0..rounds {
+        let pd_first = round % 2 == 1;
+        let pd_before = if pd_first { pd(&mut pd_error) } else { None };
+        let ours_1 = engine_seconds(wide, &mut Executor::serial(), audio_s)?;
+        let ours_2 = engine_seconds(wide, &mut par(), audio_s)?;
+        let pd_s = if pd_first {
+            pd_before
+        } else {
+            pd(&mut pd_error)
+        };
+        out.push(CapacityRound {
+            ours_1,
+            ours_2,
+            pd: pd_s,
+        });
+    }
+    Ok((out, pd_error))
+}
+
+/// The median of `v` (which it sorts); NaN if empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 fn write_patch(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
@@ -536,46 +620,67 @@ pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
     r.figure("global_vs_stealing.global_us", g_over);
     r.figure("global_vs_stealing.stealing_us", s_over);
 
-    // real-time capacity on one hart: ours from the mean block time (best third), Pd's from
-    // -batch wall time (best of three)
-    let block_us = BLOCK as f64 / SR as f64 * 1e6;
-    let voices_1 = o.voices as f64 * block_us / best_third_mean_us(&wide_1);
-    let voices_2 = o.voices as f64 * block_us / best_third_mean_us(&wide_s);
+    // Real-time capacity: ours and Pd's from the wall time of the same audio, in interleaved
+    // rounds (see `capacity_rounds`).
+    let (audio_s, cap_rounds) = if o.quick { (2.0, 2) } else { (20.0, 5) };
+    let (caps, pd_error) = capacity_rounds(
+        &wide,
+        audio_s,
+        cap_rounds,
+        || par(Strategy::WorkStealing),
+        rt,
+    )?;
+    let voices_for = |secs: f64| o.voices as f64 * audio_s / secs;
+    let voices_1 = voices_for(median(
+        &mut caps.iter().map(|c| c.ours_1).collect::<Vec<_>>(),
+    ));
+    let voices_2 = voices_for(median(
+        &mut caps.iter().map(|c| c.ours_2).collect::<Vec<_>>(),
+    ));
     r.figure("voices_1_hart", voices_1);
     r.figure("voices_2_harts", voices_2);
-    // Pd's steady-state rate: wall time of a long run minus a short one (process start, patch
-    // load and DSP set-up cancel out), each the best of three runs
-    let audio_s = if o.quick { 4.0 } else { 20.0 };
-    let best_of_3 = |seconds: f64| -> anyhow::Result<f64> {
-        let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            best = best.min(pd_batch_seconds(&wide, seconds, rt)?);
-        }
-        Ok(best)
-    };
-    match best_of_3(1.0).and_then(|short| Ok((short, best_of_3(1.0 + audio_s)?))) {
-        Ok((short, long)) if long > short => {
-            let pd_voices = o.voices as f64 * audio_s / (long - short);
-            r.figure("pd_voices_1_hart", pd_voices);
-            let ratio = voices_1 / pd_voices;
+    let mut t = Table::new(
+        format!(
+            "real-time capacity on one hart, {}-voice patch: wall time (s) for {audio_s} s of audio, per round",
+            o.voices
+        ),
+        &["round", "ours, 1 hart", "ours, 2 harts", "Pd 0.53", "ours / Pd (1 hart)"],
+    );
+    let mut ratios = Vec::new();
+    for (k, c) in caps.iter().enumerate() {
+        let ratio = c.pd.map(|pd| pd / c.ours_1);
+        ratios.extend(ratio);
+        t.row(&[
+            (k + 1).to_string(),
+            format!("{:.3}", c.ours_1),
+            format!("{:.3}", c.ours_2),
+            c.pd.map_or("-".into(), |pd| format!("{pd:.3}")),
+            ratio.map_or("-".into(), |x| format!("{x:.2}")),
+        ]);
+    }
+    r.table(t);
+    match pd_error {
+        None => {
+            let pd_s = median(&mut caps.iter().filter_map(|c| c.pd).collect::<Vec<_>>());
+            r.figure("pd_voices_1_hart", voices_for(pd_s));
+            let ratio = median(&mut ratios);
+            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             r.figure("pd_realtime_ratio", ratio);
+            r.figure("pd_realtime_ratio_min", lo);
+            r.figure("pd_realtime_ratio_max", hi);
             r.target(
                 "pd_realtime_ratio >= 1 (ours >= Pd on one hart)",
                 ratio >= 1.0,
-                format!("{ratio:.2}"),
+                format!("{ratio:.2} (rounds {lo:.2} to {hi:.2})"),
             );
             r.note(format!(
-                "Pd 0.53 -batch: {} s of the {}-voice patch in {long:.3} s wall, 1 s in {short:.3} s (best of 3 each); Pd's rate is from the difference",
-                1.0 + audio_s,
-                o.voices
+                "capacity: {cap_rounds} rounds, each our engine on 1 hart and on 2 (work stealing) computing {audio_s} s of the {}-voice patch after 100 warm-up blocks, and pd -batch's wall time for {} s minus that for 1 s (start-up, load and DSP set-up cancel out), back to back in alternating order; pd_realtime_ratio is the median over the rounds of Pd's time over ours, voices_* the voices each side would sustain in real time at the median time",
+                o.voices,
+                1.0 + audio_s
             ));
         }
-        Ok((short, long)) => {
-            r.note(format!(
-                "pd_realtime_ratio not measured: Pd's long run ({long:.3} s) was not slower than its short one ({short:.3} s)"
-            ));
-        }
-        Err(e) => {
+        Some(e) => {
             r.note(format!("pd_realtime_ratio not measured: {e}"));
         }
     }
