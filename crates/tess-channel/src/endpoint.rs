@@ -305,6 +305,7 @@ impl Endpoint {
     }
 
     /// See [`Sender::send`].
+    #[inline]
     pub fn send(&mut self, msg: &[u8]) -> Result<(), SendError> {
         self.tx.send(msg)
     }
@@ -325,10 +326,12 @@ impl Endpoint {
         self.tx.try_send_batch(msgs)
     }
     /// See [`Sender::reserve`].
+    #[inline]
     pub fn reserve(&mut self, len: usize) -> Result<WriteSlot<'_>, SendError> {
         self.tx.reserve(len)
     }
     /// See [`Sender::try_reserve`].
+    #[inline]
     pub fn try_reserve(&mut self, len: usize) -> Result<WriteSlot<'_>, TrySendError> {
         self.tx.try_reserve(len)
     }
@@ -341,6 +344,7 @@ impl Endpoint {
         self.tx.reserve_timeout(len, timeout)
     }
     /// See [`Receiver::recv`].
+    #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
         self.rx.recv(buf)
     }
@@ -369,6 +373,7 @@ impl Endpoint {
         self.rx.try_recv_batch(max, f)
     }
     /// See [`Receiver::peek`].
+    #[inline]
     pub fn peek(&mut self) -> Result<ReadSlot<'_>, RecvError> {
         self.rx.peek()
     }
@@ -377,6 +382,7 @@ impl Endpoint {
         self.rx.peek_timeout(timeout)
     }
     /// See [`Receiver::try_peek`].
+    #[inline]
     pub fn try_peek(&mut self) -> Result<ReadSlot<'_>, TryRecvError> {
         self.rx.try_peek()
     }
@@ -539,6 +545,7 @@ impl Sender {
     }
 
     /// Sends `msg`, waiting for room as [`set_wait`](Self::set_wait) says.
+    #[inline]
     pub fn send(&mut self, msg: &[u8]) -> Result<(), SendError> {
         self.send_inner(msg, None).map_err(send_err)
     }
@@ -627,6 +634,7 @@ impl Sender {
     }
 
     /// Lends a slot for a message of up to `len` bytes, waiting for room.
+    #[inline]
     pub fn reserve(&mut self, len: usize) -> Result<WriteSlot<'_>, SendError> {
         let p = self.place(len, None).map_err(send_err)?;
         Ok(WriteSlot {
@@ -637,6 +645,7 @@ impl Sender {
     }
 
     /// Lends a slot for a message of up to `len` bytes if there is room now.
+    #[inline]
     pub fn try_reserve(&mut self, len: usize) -> Result<WriteSlot<'_>, TrySendError> {
         let p = self.place(len, Some(0)).map_err(|e| match e {
             WaitEnd::Timeout => TrySendError::Full,
@@ -834,6 +843,7 @@ impl Receiver {
 
     /// Receives the next message into `buf`, waiting as [`set_wait`](Self::set_wait) says.
     /// Returns its length. A message longer than `buf` stays in the channel.
+    #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, RecvError> {
         self.recv_inner(buf, None).map_err(recv_err)
     }
@@ -908,12 +918,14 @@ impl Receiver {
 
     /// Lends the next message in place, waiting for one. It stays in the channel until
     /// [`ReadSlot::release`].
+    #[inline]
     pub fn peek(&mut self) -> Result<ReadSlot<'_>, RecvError> {
         let r = self.next(None).map_err(recv_err)?;
         Ok(ReadSlot::new(self, r))
     }
 
     /// Lends the next message in place if there is one now.
+    #[inline]
     pub fn try_peek(&mut self) -> Result<ReadSlot<'_>, TryRecvError> {
         let r = self.next(Some(0)).map_err(try_recv_err)?;
         Ok(ReadSlot::new(self, r))
@@ -979,12 +991,14 @@ impl WriteSlot<'_> {
 
     /// Copies `src` into the slot at byte `offset`. Panics if it does not fit (like slice
     /// indexing).
+    #[inline]
     pub fn write(&mut self, offset: usize, src: &[u8]) {
         self.tx.prod.write_at(&self.p, offset, src);
     }
 
     /// Copies `len` bytes of the lent message `msg`, from its byte `offset`, into the slot at
     /// byte `at`, ring to ring. Panics if either range is outside its message.
+    #[inline]
     pub fn copy_from(&mut self, at: usize, msg: &ReadSlot<'_>, offset: usize, len: usize) {
         self.tx
             .prod
@@ -1003,12 +1017,14 @@ impl WriteSlot<'_> {
     }
 
     /// Sends the whole slot.
+    #[inline]
     pub fn commit(self) {
         let len = self.p.len;
         self.commit_len(len);
     }
 
     /// Sends the first `len` bytes of the slot (`len` is capped at the slot's length).
+    #[inline]
     pub fn commit_len(self, len: usize) {
         let len = len.min(self.p.len);
         if self.staged {
@@ -1034,6 +1050,7 @@ pub struct ReadSlot<'a> {
 }
 
 impl<'a> ReadSlot<'a> {
+    #[inline]
     fn new(rx: &'a mut Receiver, r: Record) -> ReadSlot<'a> {
         ReadSlot {
             rx,
@@ -1054,6 +1071,7 @@ impl<'a> ReadSlot<'a> {
 
     /// Copies `dst.len()` bytes of the message from byte `offset` into `dst`. Panics if the
     /// range is outside the message (like slice indexing).
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         self.rx.cons.read_at(&self.r, offset, dst);
     }
@@ -1080,6 +1098,7 @@ impl<'a> ReadSlot<'a> {
     }
 
     /// Consumes the message, freeing its space for the sender.
+    #[inline]
     pub fn release(self) {
         self.rx.cons.consume(self.r);
         self.rx.cons.publish();

@@ -449,6 +449,7 @@ impl Producer {
     /// `at` of the payload of `p` (ring to ring, no private copy). Panics if either range is
     /// outside its record.
     #[cfg(not(loom))]
+    #[inline]
     pub(crate) fn copy_from_record(
         &self,
         p: &Placement,
