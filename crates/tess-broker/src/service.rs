@@ -904,10 +904,7 @@ impl<C: Cells> Broker<C> {
             &views,
             &allocations,
             |p| self.pacora.capacity(p),
-            |k, j| {
-                let (v, a) = (&views[k], &allocations[k]);
-                !held_back(min_step, v, a, j, v.share[j], a.share[j])
-            },
+            applied(min_step, &views, &allocations),
         );
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
             let ((i, t), v) = (&of[k], &views[k]);
@@ -1099,6 +1096,19 @@ fn held_back(min_step: f64, v: &CellView, a: &Allocation, j: usize, from: f64, t
     !a.reason.is_step() && (to - from).abs() < min_change(min_step, v, j)
 }
 
+/// Whether this round applies view `k`'s change in its pool index `j` (the hysteresis does not
+/// hold it back), for [`short_of_room`].
+fn applied<'a>(
+    min_step: f64,
+    views: &'a [CellView],
+    allocations: &'a [Allocation],
+) -> impl Fn(usize, usize) -> bool + 'a {
+    move |k, j| {
+        let (v, a) = (&views[k], &allocations[k]);
+        !held_back(min_step, v, a, j, v.share[j], a.share[j])
+    }
+}
+
 /// Per pool, whether the raises this round applies (`applies(view, index into its pools)`)
 /// need more room than the pool has free, `held` being what every heartbeat of each pool holds
 /// now (brokered this round or not). Its lowerings are then applied however small: held back
@@ -1225,7 +1235,7 @@ mod tests {
 
     #[test]
     fn lowerings_are_needed_only_where_the_raises_outgrow_the_pool() {
-        use super::short_of_room;
+        use super::{applied, short_of_room};
         use crate::pacora::policy::{Allocation, AllocationReason, CellView};
         let flow = |name: &str, share: f64, to: f64| {
             let v = CellView::single(name, 1, share, 30.0, 30.0, 0.1, 10.0, 1.0);
@@ -1244,16 +1254,18 @@ mod tests {
         let (views, allocations): (Vec<_>, Vec<_>) = round.into_iter().unzip();
         let held: f64 = views.iter().map(|v| v.share[0]).sum();
         assert!((held - 9.5).abs() < 1e-9, "{held}");
-        let all = |_: usize, _: usize| true;
         let held = [0.0, held];
-        let short = |capacity: f64, applies: &dyn Fn(usize, usize) -> bool| {
+        // The service's own rule: a change applies unless the hysteresis holds it back, here
+        // a change under `min_step` times the flows' ceiling of 10.
+        let short = |capacity: f64, min_step: f64| {
+            let applies = applied(min_step, &views, &allocations);
             short_of_room(&held, &views, &allocations, |_| capacity, applies)
         };
-        assert_eq!(short(9.5, &all), vec![false, true]);
+        assert_eq!(short(9.5, 0.05), vec![false, true]);
         // With room for the raise, they may wait.
-        assert_eq!(short(10.5, &all), vec![false, false]);
-        // A raise the hysteresis holds back needs no room.
-        assert_eq!(short(9.5, &|_, _| false), vec![false, false]);
+        assert_eq!(short(10.5, 0.05), vec![false, false]);
+        // A raise the hysteresis holds back (0.82 under 0.1 x 10) needs no room.
+        assert_eq!(short(9.5, 0.1), vec![false, false]);
     }
 
     #[test]
