@@ -904,7 +904,7 @@ impl<C: Cells> Broker<C> {
             &views,
             &allocations,
             |p| self.pacora.capacity(p),
-            applied(min_step, &views, &allocations),
+            min_step,
         );
         for (k, j) in lowerings_first(&views, &allocations, |p| self.pacora.capacity(p)) {
             let ((i, t), v) = (&of[k], &views[k]);
@@ -1096,39 +1096,27 @@ fn held_back(min_step: f64, v: &CellView, a: &Allocation, j: usize, from: f64, t
     !a.reason.is_step() && (to - from).abs() < min_change(min_step, v, j)
 }
 
-/// Whether this round applies view `k`'s change in its pool index `j` (the hysteresis does not
-/// hold it back), for [`short_of_room`].
-fn applied<'a>(
-    min_step: f64,
-    views: &'a [CellView],
-    allocations: &'a [Allocation],
-) -> impl Fn(usize, usize) -> bool + 'a {
-    move |k, j| {
-        let (v, a) = (&views[k], &allocations[k]);
-        !held_back(min_step, v, a, j, v.share[j], a.share[j])
-    }
-}
-
-/// Per pool, whether the raises this round applies (`applies(view, index into its pools)`)
-/// need more room than the pool has free, `held` being what every heartbeat of each pool holds
-/// now (brokered this round or not). Its lowerings are then applied however small: held back
-/// by the hysteresis, several small lowerings together would keep what a raise needs (see
-/// docs/broker.md). A raise the hysteresis holds back needs no room.
+/// Per pool, whether the raises this round applies (those the hysteresis of `min_step` does
+/// not hold back, [`held_back`]) need more room than the pool has free, `held` being what
+/// every heartbeat of each pool holds now (brokered this round or not). Its lowerings are then
+/// applied however small: held back by the hysteresis, several small lowerings together would
+/// keep what a raise needs (see docs/broker.md). A raise the hysteresis holds back needs no
+/// room.
 fn short_of_room(
     held: &[f64],
     views: &[CellView],
     allocations: &[Allocation],
     capacity: impl Fn(usize) -> f64,
-    applies: impl Fn(usize, usize) -> bool,
+    min_step: f64,
 ) -> Vec<bool> {
     let mut need = held.to_vec();
-    for (k, (v, a)) in views.iter().zip(allocations).enumerate() {
+    for (v, a) in views.iter().zip(allocations) {
         if a.reason == AllocationReason::BadView {
             continue;
         }
         for (j, &p) in v.uses.iter().enumerate() {
             let raise = a.share[j] - v.share[j];
-            if raise > 0.0 && applies(k, j) {
+            if raise > 0.0 && !held_back(min_step, v, a, j, v.share[j], a.share[j]) {
                 need[p] += raise;
             }
         }
@@ -1235,7 +1223,7 @@ mod tests {
 
     #[test]
     fn lowerings_are_needed_only_where_the_raises_outgrow_the_pool() {
-        use super::{applied, short_of_room};
+        use super::short_of_room;
         use crate::pacora::policy::{Allocation, AllocationReason, CellView};
         let flow = |name: &str, share: f64, to: f64| {
             let v = CellView::single(name, 1, share, 30.0, 30.0, 0.1, 10.0, 1.0);
@@ -1258,8 +1246,7 @@ mod tests {
         // The service's own rule: a change applies unless the hysteresis holds it back, here
         // a change under `min_step` times the flows' ceiling of 10.
         let short = |capacity: f64, min_step: f64| {
-            let applies = applied(min_step, &views, &allocations);
-            short_of_room(&held, &views, &allocations, |_| capacity, applies)
+            short_of_room(&held, &views, &allocations, |_| capacity, min_step)
         };
         assert_eq!(short(9.5, 0.05), vec![false, true]);
         // With room for the raise, they may wait.

@@ -362,22 +362,6 @@ mod model {
             self.w32(off)
         }
 
-        pub(crate) fn load_u64(&self, off: usize, order: Ordering) -> u64 {
-            self.w64(off).load(order)
-        }
-        pub(crate) fn store_u64(&self, off: usize, v: u64, order: Ordering) {
-            self.w64(off).store(v, order)
-        }
-        pub(crate) fn load_u32(&self, off: usize, order: Ordering) -> u32 {
-            self.w32(off).load(order)
-        }
-        pub(crate) fn store_u32(&self, off: usize, v: u32, order: Ordering) {
-            self.w32(off).store(v, order)
-        }
-        pub(crate) fn swap_u32(&self, off: usize, v: u32, order: Ordering) -> u32 {
-            self.w32(off).swap(v, order)
-        }
-
         /// Relaxed word loads, so loom explores every visibility of every payload word.
         pub(crate) fn copy_out(&self, off: usize, dst: &mut [u8]) {
             for (i, b) in dst.iter_mut().enumerate() {

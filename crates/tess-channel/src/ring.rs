@@ -227,9 +227,7 @@ impl RingRef {
     /// Offset in the region of data-area offset `off` (`off + len <= cap`, checked).
     #[inline(always)]
     fn data_at(&self, off: usize, len: usize) -> usize {
-        if !(off <= self.cap && len <= self.cap - off) {
-            out_of_range("ring access", off, len, self.cap);
-        }
+        check_range("ring access", off, len, self.cap);
         self.data + off
     }
 
@@ -303,9 +301,17 @@ impl RingRef {
     }
 }
 
-/// The panic of a failed range check: `len` bytes at `offset` of something `size` bytes long.
-/// Out of the hot path, so that the checks cost a compare and a branch (an inline `assert!` made
-/// the compiler store its message arguments on every call).
+/// Panics unless `len` bytes at `offset` lie inside something `size` bytes long (`what`).
+#[inline(always)]
+fn check_range(what: &'static str, offset: usize, len: usize, size: usize) {
+    if !(offset <= size && len <= size - offset) {
+        out_of_range(what, offset, len, size);
+    }
+}
+
+/// The panic of a failed [`check_range`], out of the hot path, so that the checks cost a
+/// compare and a branch (an inline `assert!` made the compiler store its message arguments on
+/// every call).
 #[cold]
 #[inline(never)]
 fn out_of_range(what: &str, offset: usize, len: usize, size: usize) -> ! {
@@ -424,21 +430,18 @@ impl Producer {
         ((p.rec & (self.cap - 1)) as usize) + RECORD_HEADER
     }
 
-    /// Copies `src` (at most `p.len` bytes) to the start of the payload of `p`.
+    /// Copies `src` (at most `p.len` bytes, panics otherwise) to the start of the payload of
+    /// `p`.
     #[inline(always)]
     pub(crate) fn write(&self, p: &Placement, src: &[u8]) {
-        debug_assert!(src.len() <= p.len);
-        let src = &src[..src.len().min(p.len)];
-        let at = self.ring.data_at(self.payload_offset(p), src.len());
-        self.ring.region.copy_in(at, src);
+        self.write_at(p, 0, src);
     }
 
     /// Copies `src` to byte `offset` of the payload of `p` (`offset + src.len() <= p.len`,
     /// panics otherwise), leaving the other bytes alone.
+    #[inline(always)]
     pub(crate) fn write_at(&self, p: &Placement, offset: usize, src: &[u8]) {
-        if !(offset <= p.len && src.len() <= p.len - offset) {
-            out_of_range("write into a slot", offset, src.len(), p.len);
-        }
+        check_range("write into a slot", offset, src.len(), p.len);
         let at = self
             .ring
             .data_at(self.payload_offset(p) + offset, src.len());
@@ -459,12 +462,8 @@ impl Producer {
         offset: usize,
         len: usize,
     ) {
-        if !(offset <= r.len && len <= r.len - offset) {
-            out_of_range("copy from a message", offset, len, r.len);
-        }
-        if !(at <= p.len && len <= p.len - at) {
-            out_of_range("copy into a slot", at, len, p.len);
-        }
+        check_range("copy from a message", offset, len, r.len);
+        check_range("copy into a slot", at, len, p.len);
         let src = from.ring.data_at(r.offset + offset, len);
         let dst = self.ring.data_at(self.payload_offset(p) + at, len);
         from.ring.region.copy_to(src, &self.ring.region, dst, len);
@@ -638,9 +637,7 @@ impl Consumer {
     /// Panics if the range is outside the payload.
     #[inline(always)]
     pub(crate) fn read_at(&self, r: &Record, offset: usize, dst: &mut [u8]) {
-        if !(offset <= r.len && dst.len() <= r.len - offset) {
-            out_of_range("read from a message", offset, dst.len(), r.len);
-        }
+        check_range("read from a message", offset, dst.len(), r.len);
         let at = self.ring.data_at(r.offset + offset, dst.len());
         self.ring.region.copy_out(at, dst);
     }

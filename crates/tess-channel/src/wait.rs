@@ -84,8 +84,9 @@ pub(crate) trait Sleeper {
 }
 
 impl Waiter {
-    /// Runs `attempt` until it is ready, fails, the deadline (`CLOCK_MONOTONIC` ns) passes, or
-    /// the peer is gone, waiting in between as `self.mode` says.
+    /// After a first attempt that found nothing (made by the caller), runs `attempt` until it
+    /// is ready, fails, the deadline (`CLOCK_MONOTONIC` ns) passes, or the peer is gone,
+    /// waiting in between as `self.mode` says.
     pub(crate) fn block_on<S: Sleeper, T, E>(
         &mut self,
         s: &mut S,
@@ -102,7 +103,7 @@ impl Waiter {
                 }
             };
         }
-        try_once!(s);
+        // The callers have made the first attempt (inline, on their fast path): waiting starts.
         let start = clock::now_ns();
         let mut last_check = start;
         let interval = self.liveness_interval_ns.max(1);

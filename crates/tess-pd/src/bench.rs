@@ -330,27 +330,13 @@ fn pd_batch_seconds(patch: &Path, seconds: f64, rt: Option<i32>) -> anyhow::Resu
     Ok(wall)
 }
 
-/// Seconds of wall time our engine takes to compute `audio_s` seconds of `patch` on `exec`,
-/// after 100 untimed warm-up blocks on a freshly opened engine: the same measure as Pd's
-/// `-batch` wall time, less its start-up.
+/// Seconds our engine takes to compute `audio_s` seconds of `patch` on `exec`, block by block
+/// after 100 untimed warm-up blocks on a freshly opened engine ([`time_blocks`]): the measure
+/// of Pd's `-batch` wall time, less its start-up.
 fn engine_seconds(patch: &Path, exec: &mut Executor, audio_s: f64) -> anyhow::Result<f64> {
-    let mut e = Engine::open_with(
-        patch,
-        Config {
-            sample_rate: SR,
-            block: BLOCK,
-        },
-        &EngineOptions::default(),
-    )?;
-    for _ in 0..100 {
-        e.tick(exec);
-    }
     let blocks = (audio_s * f64::from(SR) / BLOCK as f64).round() as usize;
-    let start = Instant::now();
-    for _ in 0..blocks {
-        e.tick(exec);
-    }
-    Ok(start.elapsed().as_secs_f64())
+    let ns = time_blocks(patch, &EngineOptions::default(), exec, 100, blocks)?;
+    Ok(ns.iter().sum::<u64>() as f64 / 1e9)
 }
 
 /// One round of the capacity comparison: the wall time of the same audio computed by our
@@ -409,16 +395,6 @@ fn capacity_rounds(
         });
     }
     Ok((out, pd_error))
-}
-
-/// The median of `v` (which it sorts); NaN if empty.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn write_patch(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
@@ -631,12 +607,9 @@ pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
         rt,
     )?;
     let voices_for = |secs: f64| o.voices as f64 * audio_s / secs;
-    let voices_1 = voices_for(median(
-        &mut caps.iter().map(|c| c.ours_1).collect::<Vec<_>>(),
-    ));
-    let voices_2 = voices_for(median(
-        &mut caps.iter().map(|c| c.ours_2).collect::<Vec<_>>(),
-    ));
+    let median = |v: Vec<f64>| Summary::of(&v).median;
+    let voices_1 = voices_for(median(caps.iter().map(|c| c.ours_1).collect()));
+    let voices_2 = voices_for(median(caps.iter().map(|c| c.ours_2).collect()));
     r.figure("voices_1_hart", voices_1);
     r.figure("voices_2_harts", voices_2);
     let mut t = Table::new(
@@ -661,11 +634,14 @@ pub fn run(o: &GraphBenchOptions) -> anyhow::Result<Report> {
     r.table(t);
     match pd_error {
         None => {
-            let pd_s = median(&mut caps.iter().filter_map(|c| c.pd).collect::<Vec<_>>());
+            let pd_s = median(caps.iter().filter_map(|c| c.pd).collect());
             r.figure("pd_voices_1_hart", voices_for(pd_s));
-            let ratio = median(&mut ratios);
-            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let Summary {
+                median: ratio,
+                min: lo,
+                max: hi,
+                ..
+            } = Summary::of(&ratios);
             r.figure("pd_realtime_ratio", ratio);
             r.figure("pd_realtime_ratio_min", lo);
             r.figure("pd_realtime_ratio_max", hi);

@@ -5,6 +5,7 @@ use super::proc::spawn_pinned;
 use super::BenchOptions;
 use crate::{Channel, ChannelOptions, Endpoint, RecvError, Wait};
 use anyhow::{bail, Context};
+use tess_bench::Summary;
 use tess_sched::clock::now_ns;
 
 /// Largest message the benchmark sends.
@@ -102,8 +103,7 @@ pub(crate) fn rtt_one_thread(
                 means.push((now_ns() - t0) as f64 / PER_BATCH as f64);
             }
         }
-        means.sort_by(f64::total_cmp);
-        medians.push(means[means.len() / 2]);
+        medians.push(Summary::of(&means).median);
     }
     Ok(medians)
 }
