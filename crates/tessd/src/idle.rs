@@ -179,13 +179,15 @@ impl Spinners {
                 if running {
                     continue;
                 }
-                let child = Command::new(exe)
-                    .arg0("tessd")
-                    .args([SPIN_ARG, &h.to_string()])
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()?;
+                let child = idle_from_the_start(
+                    Command::new(exe)
+                        .arg0("tessd")
+                        .args([SPIN_ARG, &h.to_string()])
+                        .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null()),
+                )
+                .spawn()?;
                 let pid = child.id() as i32;
                 // Never waited for: tessd ignores SIGCHLD, so the kernel reaps spinners.
                 drop(child);
@@ -208,6 +210,27 @@ impl Spinners {
                 kill(*pid);
             }
         }
+    }
+}
+
+/// Makes `cmd`'s process `SCHED_IDLE` at nice 19 before it executes anything.
+///
+/// Spinners are started inside transactions, whose thread runs `SCHED_FIFO` (`daemon::Urgent`),
+/// and a child inherits that. The spinner drops it itself (`spin`), but only once it runs, and
+/// tessd moves it into its cgroup as soon as `spawn` returns: under cgroup v1 RT group
+/// scheduling the kernel refuses a real-time task in a group with no RT runtime (EINVAL), so
+/// the transaction failed, now and then, with "starting idle spinners".
+fn idle_from_the_start(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the hook runs in the forked child before exec; it only makes two system calls,
+    // which are async-signal-safe, touches no lock and allocates nothing. Failures are left to
+    // the spinner, which sets both again.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            Ok(())
+        })
     }
 }
 
@@ -240,4 +263,30 @@ pub fn set_timer_slack(backend: &dyn Backend, cell: &str, ns: u64, skip: &[i32])
         }
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spinner started by a transaction's `SCHED_FIFO` thread is `SCHED_IDLE` from its first
+    /// instruction: the child here reports its own policy, as the kernel sees it, before it
+    /// could have changed it.
+    #[test]
+    #[ignore = "needs root: SCHED_FIFO"]
+    fn a_spinner_never_runs_with_the_transactions_real_time_priority() {
+        tess_testkit::require_root();
+        let _urgent = crate::daemon::Urgent::raise();
+        let now = tess_sched::attr::get_policy(0);
+        if !matches!(now, Ok((tess_sched::Policy::Fifo { .. }, _))) {
+            // RT group scheduling without RT runtime for this process's cpu group
+            eprintln!("skipped: this thread may not become SCHED_FIFO here ({now:?})");
+            return;
+        }
+        let out = idle_from_the_start(Command::new("sh").args(["-c", "chrt -p $$"]))
+            .output()
+            .expect("running sh and chrt");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("SCHED_IDLE"), "the child ran as: {said}");
+    }
 }
