@@ -546,37 +546,15 @@ impl Executor {
             return;
         }
         let pin = self.pin_first_cpu;
-        // A new thread inherits its creator's policy and CPUs: a creator spinning SCHED_FIFO on
-        // its one CPU would keep the new thread from ever running (to pin itself elsewhere).
-        // Spawn from an ordinary, unpinned state, wait for the workers to settle, restore.
-        let saved = ThreadSched::save();
-        ThreadSched::ordinary_everywhere();
-        let ready = Arc::new(AtomicUsize::new(0));
         for (i, local) in locals.into_iter().enumerate() {
             let sh = shared.clone();
-            let cpu = pin.map(|f| f + i + 1);
-            let prio = self.rt_priority;
-            let ready = ready.clone();
-            self.threads.push(
-                std::thread::Builder::new()
-                    .name(format!("tess-pd-hart{}", i + 1))
-                    .spawn(move || {
-                        if let Some(c) = cpu {
-                            pin_to(c);
-                        }
-                        if let Some(p) = prio {
-                            let _ = set_fifo(p);
-                        }
-                        ready.fetch_add(1, Ordering::Release);
-                        worker_loop(sh, Hart::new(i + 1, local))
-                    })
-                    .expect("spawning a DSP worker thread"),
-            );
+            self.threads.push(spawn_hart_thread(
+                format!("tess-pd-hart{}", i + 1),
+                pin.map(|f| f + i + 1),
+                self.rt_priority,
+                move || worker_loop(sh, Hart::new(i + 1, local)),
+            ));
         }
-        while ready.load(Ordering::Acquire) < self.harts - 1 {
-            std::thread::yield_now();
-        }
-        saved.restore();
         if let Some(first) = pin {
             pin_to(first);
         }
@@ -686,6 +664,43 @@ pub fn pin_to(cpu: usize) {
     if set.set(cpu % n).is_ok() {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
     }
+}
+
+/// Spawns a thread that pins itself to `cpu` and runs `SCHED_FIFO` at `priority` (each if
+/// given) before it runs `f`, and returns once the thread has done so.
+///
+/// A new thread inherits its creator's policy and CPUs: a creator spinning `SCHED_FIFO` on its
+/// one CPU would keep the new thread from ever running (to pin itself elsewhere). So the thread
+/// is spawned from an ordinary, unpinned state, and the creator's is restored once the thread
+/// has settled.
+pub(crate) fn spawn_hart_thread<T: Send + 'static>(
+    name: String,
+    cpu: Option<usize>,
+    priority: Option<i32>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let saved = ThreadSched::save();
+    ThreadSched::ordinary_everywhere();
+    let settled = Arc::new(AtomicBool::new(false));
+    let flag = settled.clone();
+    let handle = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            if let Some(c) = cpu {
+                pin_to(c);
+            }
+            if let Some(p) = priority {
+                let _ = set_fifo(p);
+            }
+            flag.store(true, Ordering::Release);
+            f()
+        })
+        .expect("spawning a DSP hart thread");
+    while !settled.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    saved.restore();
+    handle
 }
 
 fn worker_loop(sh: Arc<Shared>, mut hart: Hart) {
