@@ -262,6 +262,15 @@ fn reverb_response(len: usize) -> Vec<f32> {
 const REVERBS: usize = 4;
 const REVERB_IR: usize = 131_072;
 
+/// `patch` opened at the bench's rate and block size.
+fn open_engine(patch: &Path, options: &EngineOptions) -> anyhow::Result<Engine> {
+    let config = Config {
+        sample_rate: SR,
+        block: BLOCK,
+    };
+    Ok(Engine::open_with(patch, config, options)?)
+}
+
 /// Per-block times (ns) of `blocks` blocks after `warm` warm-up blocks.
 fn time_blocks(
     patch: &Path,
@@ -270,14 +279,7 @@ fn time_blocks(
     warm: usize,
     blocks: usize,
 ) -> anyhow::Result<Vec<u64>> {
-    let mut e = Engine::open_with(
-        patch,
-        Config {
-            sample_rate: SR,
-            block: BLOCK,
-        },
-        options,
-    )?;
+    let mut e = open_engine(patch, options)?;
     for _ in 0..warm {
         e.tick(exec);
     }
@@ -325,17 +327,7 @@ fn time_split_pair(
         done: CachePadded<AtomicU64>,
     }
     const STOP: u64 = u64::MAX;
-    /// Polls before a waiting side yields its CPU (as the executor's idle workers do), so that
-    /// two spinning `SCHED_FIFO` threads cannot shut each other out of one CPU.
-    const SPINS_BEFORE_YIELD: u32 = 20_000;
-    fn pause(spins: &mut u32) {
-        *spins += 1;
-        if *spins > SPINS_BEFORE_YIELD {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
+    use crate::sched::wait_a_little;
     /// Sends the other hart away however this thread leaves (an error, a panic).
     struct StopOnDrop(Arc<Pair>);
     impl Drop for StopOnDrop {
@@ -343,13 +335,8 @@ fn time_split_pair(
             self.0.go.store(STOP, Ordering::Release);
         }
     }
-    let config = Config {
-        sample_rate: SR,
-        block: BLOCK,
-    };
-    let options = EngineOptions::default();
-    let mut mine = Engine::open_with(halves[0], config, &options)?;
-    let mut theirs = Engine::open_with(halves[1], config, &options)?;
+    let mut mine = open_engine(halves[0], &EngineOptions::default())?;
+    let mut theirs = open_engine(halves[1], &EngineOptions::default())?;
     let pair = Arc::new(Pair {
         go: CachePadded::new(AtomicU64::new(0)),
         done: CachePadded::new(AtomicU64::new(0)),
@@ -362,7 +349,8 @@ fn time_split_pair(
         loop {
             let go = other.go.load(Ordering::Acquire);
             if go == seen {
-                pause(&mut spins);
+                spins += 1;
+                wait_a_little(spins);
                 continue;
             }
             if go == STOP {
@@ -388,7 +376,8 @@ fn time_split_pair(
             if worker.is_finished() {
                 anyhow::bail!("the split pair's second hart stopped");
             }
-            pause(&mut spins);
+            spins += 1;
+            wait_a_little(spins);
         }
         if block > warm as u64 {
             t.push(s.elapsed().as_nanos() as u64);

@@ -729,17 +729,27 @@ pub(crate) fn worker_round(sh: &Shared, hart: &mut Hart, seen: &mut u64, max_spi
         if run_background_piece(sh, hart) {
             continue;
         }
-        if spins > 20_000 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+        wait_a_little(spins);
     };
     if sh.stop.load(Ordering::Acquire) {
         return false;
     }
     participate(sh, hart, e);
     true
+}
+
+/// Polls a waiting hart makes before it yields its CPU between polls.
+const SPINS_BEFORE_YIELD: u32 = 20_000;
+
+/// Waits between two polls of a hart that has polled `spins` times: a pause while it is
+/// likely that work comes soon, then a yield, so that two spinning `SCHED_FIFO` threads put
+/// on one CPU cannot shut each other out.
+pub(crate) fn wait_a_little(spins: u32) {
+    if spins > SPINS_BEFORE_YIELD {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
 }
 
 /// One background piece for a hart waiting for the next block: one expected to end before

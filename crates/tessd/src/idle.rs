@@ -23,11 +23,9 @@ pub const SPIN_ARG: &str = "__spin-idle";
 
 /// Entry point of a spinner process; never returns.
 pub fn spin(hart: usize) -> ! {
-    // The daemon's raised priority is inherited; a spinner must yield to everything, even if
-    // the kernel refused SCHED_IDLE below.
-    // SAFETY: setpriority on the calling thread has no memory-safety implications.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
-    let _ = tess_sched::attr::set_policy(0, tess_sched::Policy::Idle, 0);
+    // Already done before exec when tessd started it (`idle_from_the_start`); again for a
+    // spinner started some other way.
+    become_idle();
     loop {
         // Moving a task into a v1 cpuset, or shrinking its cpuset, resets its affinity (the
         // sweep of the root does that to a shared-hart spinner), so the pinning is checked now
@@ -221,16 +219,26 @@ impl Spinners {
 /// scheduling the kernel refuses a real-time task in a group with no RT runtime (EINVAL), so
 /// the transaction failed, now and then, with "starting idle spinners".
 fn idle_from_the_start(cmd: &mut Command) -> &mut Command {
-    // SAFETY: the hook runs in the forked child before exec; it only makes two system calls,
-    // which are async-signal-safe, touches no lock and allocates nothing. Failures are left to
-    // the spinner, which sets both again.
+    // SAFETY: the hook runs in the forked child before exec; `become_idle` only makes two
+    // system calls, which are async-signal-safe, touches no lock and allocates nothing.
     unsafe {
         cmd.pre_exec(|| {
-            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
-            let param = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            become_idle();
             Ok(())
         })
+    }
+}
+
+/// Makes the calling process `SCHED_IDLE` at nice 19, so that it yields to everything (nice 19
+/// too, in case the kernel refuses `SCHED_IDLE`). Failures are ignored: a spinner runs all the
+/// same. Two raw system calls and nothing else, so that it may run between fork and exec.
+fn become_idle() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: setpriority and sched_setscheduler on the calling process, with a valid
+    // sched_param; neither touches this process's memory otherwise.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
     }
 }
 
