@@ -15,7 +15,7 @@
 //! application thread, so scheduler code never runs with ticks on (Pulse does not support
 //! re-entrant schedulers, section 4.3).
 
-use crate::arch::{self, pulse_current_hart, pulse_switch, pulse_ticks_off};
+use crate::arch::{self, pulse_current_hart, pulse_resume, pulse_switch, pulse_ticks_off};
 use crate::clock::now_ns;
 use crate::runtime::Shared;
 use crate::stack::{Stack, StackError};
@@ -245,17 +245,9 @@ impl HartState {
             self.tick_handler_ns.store(0, Ordering::Relaxed);
             self.record_tick(handler);
         }
-        // SAFETY: ctx.sp is a suspended context (caller's contract); the discard slot absorbs
-        // the scheduler's stack pointer, which nothing resumes.
-        unsafe {
-            pulse_switch(
-                self.discard_sp.get(),
-                ctx.sp,
-                self.ticks_enabled.as_ptr(),
-                1,
-            )
-        };
-        unreachable!("a restored scheduler activation is never resumed")
+        // SAFETY: ctx.sp is a suspended context (caller's contract); this scheduler
+        // activation is abandoned (the next scheduler entry makes a fresh one).
+        unsafe { pulse_resume(ctx.sp, self.ticks_enabled.as_ptr(), 1) }
     }
 
     fn record_tick(&self, handler: u64) {
@@ -275,15 +267,7 @@ impl HartState {
     pub(crate) fn exit_to_base(&self) -> ! {
         // SAFETY: base_sp was saved when the hart entered its first scheduler activation and
         // is resumed exactly once, here.
-        unsafe {
-            pulse_switch(
-                self.discard_sp.get(),
-                *self.base_sp.get(),
-                self.ticks_enabled.as_ptr(),
-                0,
-            )
-        };
-        unreachable!("the base context never switches back")
+        unsafe { pulse_resume(*self.base_sp.get(), self.ticks_enabled.as_ptr(), 0) }
     }
 
     /// Releases `word` (a spin lock) once the next scheduler activation has started.

@@ -34,6 +34,88 @@ fn cooperative_threads_alternate_on_one_hart() {
     assert_eq!(log, vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]);
 }
 
+/// The calling context's MXCSR and x87 control word.
+fn control_words() -> (u32, u16) {
+    let (mut mxcsr, mut cw) = (0u32, 0u16);
+    // SAFETY: stores the two registers into our own locals.
+    unsafe {
+        std::arch::asm!(
+            "stmxcsr [{m}]",
+            "fnstcw [{c}]",
+            m = in(reg) &mut mxcsr,
+            c = in(reg) &mut cw,
+            options(nostack)
+        )
+    };
+    (mxcsr, cw)
+}
+
+/// Loads MXCSR and the x87 control word.
+fn set_control_words(mxcsr: u32, cw: u16) {
+    // SAFETY: valid values (all exceptions stay masked), so no floating-point trap follows.
+    unsafe {
+        std::arch::asm!(
+            "ldmxcsr [{m}]",
+            "fldcw [{c}]",
+            m = in(reg) &mxcsr,
+            c = in(reg) &cw,
+            options(nostack)
+        )
+    };
+}
+
+/// MXCSR's control bits (its low six bits are sticky status flags, which a switch need not
+/// carry: the ABI lets any call change them).
+const MXCSR_CONTROL: u32 = 0xFFC0;
+
+/// The control words every thread starts with: all exceptions masked, round to nearest, x87
+/// extended precision (the values a fresh context carries, and the ABI's initial state).
+const FRESH: (u32, u16) = (0x1F80, 0x037F);
+
+/// A thread that changes its rounding modes keeps them across switches, and a thread beside
+/// it keeps the defaults: the switch must carry each thread's control words with it.
+#[test]
+fn each_thread_keeps_its_own_floating_point_control_words() {
+    let mut p = Pulse::new(one_hart(None), Grr::default()).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    // Round toward zero in SSE; 24-bit precision and round up in x87.
+    let custom: (u32, u16) = (0x1F80 | 0x6000, 0x007F | 0x0800);
+    for (who, mine) in [("custom", custom), ("default", FRESH)] {
+        let seen = seen.clone();
+        p.spawn(move || {
+            let first = control_words();
+            if who == "custom" {
+                set_control_words(mine.0, mine.1);
+            }
+            let mut resumed = Vec::with_capacity(100);
+            for _ in 0..100 {
+                tess_pulse::yield_now();
+                resumed.push(control_words());
+            }
+            tess_pulse::without_ticks(|| seen.lock().unwrap().push((who, mine, first, resumed)));
+        })
+        .unwrap();
+    }
+    p.run().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    let control = |(mxcsr, cw): (u32, u16)| (mxcsr & MXCSR_CONTROL, cw);
+    for (who, mine, first, resumed) in seen {
+        assert_eq!(
+            control(first),
+            control(FRESH),
+            "{who} thread started with {first:x?}"
+        );
+        for now in resumed {
+            assert_eq!(
+                control(now),
+                control(mine),
+                "{who} thread resumed with MXCSR and x87 control word {now:x?}"
+            );
+        }
+    }
+}
+
 /// CPU time of the calling kernel thread (the hart), ns: unlike wall-clock time it does not
 /// grow while other processes' threads hold the CPU.
 fn hart_cpu_ns() -> u64 {
