@@ -51,6 +51,12 @@ fn control_words() -> (u32, u16) {
 }
 
 /// Loads MXCSR and the x87 control word.
+///
+/// Rust assumes the default floating-point environment (see `_mm_setcsr` in `std::arch`), so
+/// strictly no Rust code should run with other control words. The test needs a thread that
+/// runs with its own words across yields, as a C thread does after `fesetround`; between
+/// setting and restoring them it only yields and reads the words, with no floating-point
+/// operation that a different rounding mode could change.
 fn set_control_words(mxcsr: u32, cw: u16) {
     // SAFETY: valid values (all exceptions stay masked), so no floating-point trap follows.
     unsafe {
@@ -92,6 +98,7 @@ fn each_thread_keeps_its_own_floating_point_control_words() {
                 tess_pulse::yield_now();
                 resumed.push(control_words());
             }
+            set_control_words(FRESH.0, FRESH.1);
             tess_pulse::without_ticks(|| seen.lock().unwrap().push((who, mine, first, resumed)));
         })
         .unwrap();
