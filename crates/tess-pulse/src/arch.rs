@@ -5,11 +5,12 @@
 //!
 //! A cooperative switch saves only what the System V ABI says a callee keeps (`rbx`, `rbp`,
 //! `r12`-`r15`, `rsp`, the MXCSR and x87 control words): 6 pushes and two control-word stores,
-//! a stack swap, two control-word loads and 7 pops, a few nanoseconds. A preempted context must keep everything (all 16 general registers, the
-//! flags, the whole extended state with `xsave`), so preemption goes through a separate
-//! trampoline ([`pulse_preempt_entry`]) that saves everything on the thread's own stack and then
-//! uses the same cooperative switch. A suspended context is therefore always just a stack
-//! pointer: the top of its stack holds what the switch needs to resume it.
+//! a stack swap, two control-word loads and 7 pops, a few nanoseconds. A preempted context
+//! must keep everything (all 16 general registers, the flags, the whole extended state with
+//! `xsave`), so preemption goes through a separate trampoline ([`pulse_preempt_entry`]) that
+//! saves everything on the thread's own stack and then uses the same cooperative switch. A
+//! suspended context is therefore always just a stack pointer: the top of its stack holds what
+//! the switch needs to resume it.
 //!
 //! # Switching
 //!
