@@ -187,9 +187,9 @@ struct OpCounts {
 /// tessd's requests: counted by operation and outcome, timed from decoded request to reply
 /// ready (waiting for the engine included).
 ///
-/// Recording is a handful of relaxed atomic adds: every connection thread records every
-/// request, hundreds of them at once under load, and a lock here (a histogram behind a mutex)
-/// would make them take turns.
+/// Recording is a handful of relaxed atomic adds: tessd's read loop and its connection threads
+/// all record every request they answer, and a lock here (a histogram behind a mutex) would make
+/// them take turns.
 #[derive(Debug)]
 pub struct Transactions {
     ops: [OpCounts; MAX_OPS],

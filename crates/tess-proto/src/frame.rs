@@ -22,18 +22,37 @@ pub enum FrameError {
     Json(#[from] serde_json::Error),
 }
 
+/// `msg` as the bytes of one frame: its length, then its JSON.
+pub fn encode<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let mut buf = vec![0u8; 4];
+    serde_json::to_writer(&mut buf, msg)?;
+    let n = buf.len() - 4;
+    if n > MAX_FRAME {
+        return Err(FrameError::TooLarge(n));
+    }
+    buf[..4].copy_from_slice(&(n as u32).to_le_bytes());
+    Ok(buf)
+}
+
 /// Writes `msg` as one frame.
 pub fn write<W: Write, T: serde::Serialize>(w: &mut W, msg: &T) -> Result<(), FrameError> {
-    let body = serde_json::to_vec(msg)?;
-    if body.len() > MAX_FRAME {
-        return Err(FrameError::TooLarge(body.len()));
-    }
-    let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&body);
-    w.write_all(&buf)?;
+    w.write_all(&encode(msg)?)?;
     w.flush()?;
     Ok(())
+}
+
+/// The length of the frame at the start of `buf` (its 4-byte header included) when all of it
+/// has arrived, `None` while more is to come: for readers that buffer what a non-blocking
+/// socket gives them. A header announcing more than [`MAX_FRAME`] is an error at once.
+pub fn complete_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+    let Some(header) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let n = u32::from_le_bytes(*header) as usize;
+    if n > MAX_FRAME {
+        return Err(FrameError::TooLarge(n));
+    }
+    Ok((buf.len() >= 4 + n).then_some(4 + n))
 }
 
 /// Reads one frame and decodes it.
@@ -73,10 +92,18 @@ mod tests {
             Err(FrameError::Closed)
         ));
         let mut bad = 3u32.to_le_bytes().to_vec();
+        assert_eq!(complete_len(&bad).unwrap(), None, "header only");
+        bad.extend_from_slice(b"{x");
+        assert_eq!(complete_len(&bad).unwrap(), None, "a byte short");
+        bad.truncate(4);
         bad.extend_from_slice(b"{x}");
         assert!(matches!(
             read::<_, Vec<i32>>(&mut bad.as_slice()),
             Err(FrameError::Json(_))
         ));
+        assert_eq!(complete_len(&bad).unwrap(), Some(7));
+        assert_eq!(complete_len(&buf).unwrap(), Some(buf.len()));
+        assert!(matches!(complete_len(&huge), Err(FrameError::TooLarge(_))));
+        assert_eq!(complete_len(&[1, 0]).unwrap(), None);
     }
 }

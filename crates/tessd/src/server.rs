@@ -1,7 +1,12 @@
-//! The API socket: one thread per connection, callers identified by `SO_PEERCRED`.
+//! The API socket, callers identified by `SO_PEERCRED`. One thread answers greetings, `status`
+//! and quota lists for every connection ([`reads`]); a connection that asks for anything else (a
+//! change, a cell list, a runtime, a service name, a channel) gets a thread of its own from then
+//! on.
 //!
-//! Connection threads never hold the engine: reads go to the published snapshot and writes to
+//! Neither ever holds the engine: reads go to the published snapshot and writes to
 //! [`Daemon::transact`] (see [`crate::daemon`] for the concurrency model).
+
+mod reads;
 
 use crate::daemon::Daemon;
 use crate::engine::Caller;
@@ -21,8 +26,9 @@ use tess_proto::frame::{self, FrameError};
 use tess_proto::ns::{Access, ChannelShape, NameInfo, PeerInfo, Push};
 use tess_proto::{Body, ErrorKind, Request, Response};
 
-/// Most connections served at once; more are refused with a message. Each is a mostly sleeping
-/// thread; `tess bench daemon` runs 200 clients at once.
+/// Most connections served at once; more are refused with a message. Most are entries in the
+/// read loop, and those that asked for a change a mostly sleeping thread each; `tess bench
+/// daemon` runs 200 clients at once.
 const MAX_CONNECTIONS: usize = 512;
 /// `SO_PEERPIDFD` (Linux 6.5).
 const SO_PEERPIDFD: libc::c_int = 77;
@@ -133,46 +139,25 @@ fn err(kind: ErrorKind, message: impl Into<String>) -> Response {
     }
 }
 
-/// Serves connections until the listener fails.
-pub fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
-    let names = Arc::new(Names::default());
-    let status = Arc::new(StatusCache::default());
-    let live = Arc::new(AtomicUsize::new(0));
-    for conn in listener.incoming() {
-        let mut stream = match conn {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                continue;
-            }
-        };
-        if live.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            let _ = frame::write(
-                &mut stream,
-                &Response::Error {
-                    kind: ErrorKind::Internal,
-                    message: "tessd is busy: too many connections".into(),
-                },
-            );
-            continue;
-        }
-        live.fetch_add(1, Ordering::Relaxed);
-        let daemon = daemon.clone();
-        let names = names.clone();
-        let status = status.clone();
-        let live = live.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tessd-conn".into())
-            .spawn(move || {
-                if let Err(e) = connection(stream, &daemon, &names, &status) {
-                    tracing::debug!("connection ended: {e:#}");
-                }
-                live.fetch_sub(1, Ordering::Relaxed);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start a connection thread: {e}");
-        }
-    }
+/// Serves connections: reads in the read loop ([`reads`]), everything else on a thread per
+/// connection. Never returns: if the loop fails, tessd exits, so that its supervisor starts it
+/// again rather than leave a daemon that no longer answers (the cells stay in place, and a
+/// restarted tessd adopts them).
+pub fn serve(listener: UnixListener, daemon: Arc<Daemon>) -> ! {
+    let shared = reads::Shared {
+        daemon,
+        names: Arc::new(Names::default()),
+        status: Arc::new(StatusCache::default()),
+        live: Arc::new(AtomicUsize::new(0)),
+        max_connections: MAX_CONNECTIONS,
+    };
+    let why = match std::panic::catch_unwind(|| reads::run(listener, shared)) {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(never)) => match never {},
+        Err(_) => "it panicked".to_string(),
+    };
+    tracing::error!("the API socket's read loop stopped ({why}); tessd exits");
+    std::process::exit(1);
 }
 
 /// A `status` reply, as the bytes of its frame: sent again while the published snapshot is the
@@ -239,18 +224,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Serves a connection the read loop handed over, from the request it could not answer
+/// (`pending` holds it and anything the client sent after it) to the end.
 fn connection(
     mut stream: UnixStream,
-    daemon: &Daemon,
-    names: &Names,
-    status: &StatusCache,
+    caller: Caller,
+    mut greeted: bool,
+    pending: Vec<u8>,
+    shared: &reads::Shared,
 ) -> Result<()> {
-    let caller = peer(&stream)?;
-    let mut greeted = false;
+    let (daemon, names, status) = (&shared.daemon, &shared.names, &shared.status);
     // Requests are read through a buffer (a frame's length and body in one system call); replies
     // go to the stream itself. A connection that hands its stream over (a registering service)
     // has sent nothing after its request, so nothing is left in the buffer then.
-    let mut reader = std::io::BufReader::with_capacity(16 << 10, stream.try_clone()?);
+    let mut reader = std::io::BufReader::with_capacity(
+        16 << 10,
+        std::io::Cursor::new(pending).chain(stream.try_clone()?),
+    );
     let mut last_status: Option<Arc<StatusReply>> = None;
     loop {
         let req: Request = match frame::read(&mut reader) {

@@ -2,10 +2,14 @@
 //! loop while one more applies transactions at a fixed rate; reads must not wait behind the
 //! transactions (tessd answers them from a published snapshot, docs/tessd.md "Concurrency").
 //!
-//! The baseline, measured in the same run, is the same readers with no writer. A transaction
+//! Two baselines are measured in the same run: the same readers with no writer, and the same
+//! readers against the floor, a bare epoll server answering every request with a `status`
+//! reply tessd sent ([`floor`]): what any server on this machine costs these clients. A transaction
 //! is counted lost when tessd acknowledged it but a read right after it (or at the end) does
 //! not show it: each transaction sets a best-effort cell's weight to a new value, so the
 //! value read back says which transaction it came from.
+
+mod floor;
 
 use super::support::{cell_on_hart, pick_hart, spawn_work, stop, Session};
 use super::Common;
@@ -29,13 +33,20 @@ pub struct DaemonArgs {
     /// Transactions per second applied by the writer.
     #[arg(long, default_value_t = 20, value_name = "N")]
     rate: u32,
-    /// Length of the loaded phase, in seconds (the baseline runs a sixth of it, at least 2 s).
+    /// Length of the loaded phase, in seconds (the floor and the baseline each run a sixth of
+    /// it, at least 2 s, before it).
     #[arg(long, default_value_t = 60, value_name = "S")]
     seconds: u64,
     /// Pause of each reader between two calls, in milliseconds (0: a tight loop, which keeps
     /// both harts busy, so that latency then measures the queue of 200 clients, not tessd).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pause_ms: u64,
+    /// Internal: serve the floor baseline on this socket (the bench starts it as a process).
+    #[arg(long, hide = true, value_name = "SOCKET", requires = "floor_reply")]
+    serve_floor: Option<std::path::PathBuf>,
+    /// Internal: the reply frame the floor server sends.
+    #[arg(long, hide = true, value_name = "FILE")]
+    floor_reply: Option<std::path::PathBuf>,
 }
 
 const BE: &str = "bd-be";
@@ -77,13 +88,13 @@ fn weight_now(c: &mut Client) -> anyhow::Result<u32> {
 
 /// Latencies (ms) of `status` calls by `clients` connections until `stop`, and errors.
 fn readers(
+    socket: &std::path::Path,
     clients: usize,
     pause: Duration,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(Vec<f64>, u64, f64)> {
-    let socket = tess_proto::client::socket_path();
     let conns: Vec<Client> = (0..clients)
-        .map(|_| Client::connect(&socket))
+        .map(|_| Client::connect(socket))
         .collect::<Result<_, _>>()?;
     let t0 = Instant::now();
     let handles: Vec<_> = conns
@@ -162,6 +173,10 @@ fn writer(hart: usize, rate: u32, seconds: u64, stop: &AtomicBool) -> anyhow::Re
 
 /// Runs the benchmark.
 pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
+    if let (Some(socket), Some(reply)) = (&a.serve_floor, &a.floor_reply) {
+        floor::serve(socket, reply)?;
+        anyhow::bail!("the floor server stopped");
+    }
     anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
     anyhow::ensure!((1..=1000).contains(&a.rate), "--rate must be 1-1000");
     anyhow::ensure!(a.seconds > 0, "--seconds must be at least 1");
@@ -183,24 +198,35 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     let holder = spawn_work(Some(ET), &["idle".into()])?;
     std::thread::sleep(Duration::from_millis(300));
 
-    // Baseline: the readers alone.
+    let socket = tess_proto::client::socket_path();
     let base_s = (seconds / 6).max(2);
-    let stop_base = Arc::new(AtomicBool::new(false));
-    let base = {
-        let stop = stop_base.clone();
-        let clients = a.clients;
-        let h = std::thread::spawn(move || readers(clients, pause, stop));
+    // The readers alone for `base_s`, against `socket`.
+    let readers_alone = |socket: &std::path::Path| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (socket, clients, stop_them) = (socket.to_path_buf(), a.clients, stop.clone());
+        let h = std::thread::spawn(move || readers(&socket, clients, pause, stop_them));
         std::thread::sleep(Duration::from_secs(base_s));
-        stop_base.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
         h.join()
             .map_err(|_| anyhow::anyhow!("the readers panicked"))?
     };
+    // The floor: the same readers, answered by a bare server with tessd's reply. Its errors
+    // are returned after the holder is stopped, like the other phases'.
+    let floor_run = (|| {
+        let reply = tess_proto::frame::encode(&tess_proto::Response::Ok {
+            body: Body::Status(Box::new(s.status()?)),
+        })?;
+        let floor = floor::start(&reply)?;
+        readers_alone(&floor.socket)
+    })();
+    // Baseline: the readers alone.
+    let base = readers_alone(&socket);
     // Loaded: the readers and the writer.
     let stop_load = Arc::new(AtomicBool::new(false));
     let loaded = {
         let stop = stop_load.clone();
-        let clients = a.clients;
-        let h = std::thread::spawn(move || readers(clients, pause, stop));
+        let (socket, clients) = (socket.clone(), a.clients);
+        let h = std::thread::spawn(move || readers(&socket, clients, pause, stop));
         let w = writer(hart, a.rate, seconds, &stop_load);
         stop_load.store(true, Ordering::Relaxed);
         let r = h
@@ -210,6 +236,7 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     };
     stop(holder);
     let (base_lat, base_err, base_wall) = base?;
+    let (floor_lat, floor_err, floor_wall) = floor_run?;
     let (readings, w) = loaded;
     let (lat, read_errors, wall) = readings?;
     let mut w = w?;
@@ -223,9 +250,10 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     s.delete(&[BE, ET]);
 
     let b = Summary::of(&base_lat);
+    let f = Summary::of(&floor_lat);
     let l = Summary::of(&lat);
     let ap = Summary::of(&w.apply_ms);
-    let errors = base_err + read_errors + w.errors;
+    let errors = floor_err + base_err + read_errors + w.errors;
     let mut r = Report::new("daemon");
     let mut t = Table::new(
         format!(
@@ -246,6 +274,13 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     };
     row(
         &mut t,
+        "floor: a bare epoll server, tessd's reply",
+        &f,
+        floor_lat.len(),
+        floor_wall,
+    );
+    row(
+        &mut t,
         "status, no writer (baseline)",
         &b,
         base_lat.len(),
@@ -262,6 +297,8 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     r.table(t);
     r.figure("status_p99_ms", l.p99);
     r.figure("status_p99_baseline_ms", b.p99);
+    r.figure("status_p99_floor_ms", f.p99);
+    r.figure("status_median_floor_ms", f.median);
     r.figure("status_median_ms", l.median);
     r.figure("apply_p99_ms", ap.p99);
     r.figure("apply_median_ms", ap.median);
@@ -278,9 +315,11 @@ pub fn run(a: &DaemonArgs) -> anyhow::Result<Report> {
     r.note(format!("each transaction changes two cells on hart {hart}: a best-effort weight (a new value each time) and an event-triggered budget 1ms<->2ms whose cell holds a running process"));
     r.detail("pause_ms", a.pause_ms);
     r.note("the clients run at nice -10, as tessd does, so that other work on the machine delays neither");
+    r.note("the floor is the same clients against a bare epoll server in a process of its own that answers every request with a status reply tessd sent: what any server costs these clients on this machine");
     r.note("a transaction counts as lost when tessd acknowledged it but the read that follows does not show it");
     r.detail("status_ms", l);
     r.detail("status_baseline_ms", b);
+    r.detail("status_floor_ms", f);
     r.detail("apply_ms", ap);
     Ok(r)
 }
