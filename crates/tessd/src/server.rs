@@ -225,11 +225,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Serves a connection the read loop handed over, from the request it could not answer
-/// (`pending` holds it and anything the client sent after it) to the end.
+/// (`pending` holds it and anything the client sent after it) to the end. The loop hands over
+/// only connections that have been greeted, so the greeting rule is the loop's alone.
 fn connection(
     mut stream: UnixStream,
     caller: Caller,
-    mut greeted: bool,
     pending: Vec<u8>,
     shared: &reads::Shared,
 ) -> Result<()> {
@@ -267,66 +267,56 @@ fn connection(
                 return Err(e.into());
             }
         };
-        let is_hello = matches!(req, Request::Hello { .. });
-        if greeted {
-            match req {
-                Request::Register {
-                    name,
-                    access,
-                    channel,
-                } => {
-                    let me = daemon.snapshot().peer_info(&caller);
-                    return serve_service(stream, &caller, me, names, name, access, channel);
-                }
-                Request::Connect { name } => {
-                    let client = daemon.snapshot().peer_info(&caller);
-                    connect_client(&mut stream, client, names, &name)?;
-                    continue;
-                }
-                Request::ListNames => {
-                    frame::write(
-                        &mut stream,
-                        &Response::Ok {
-                            body: Body::Names {
-                                names: names.list(),
-                            },
-                        },
-                    )?;
-                    continue;
-                }
-                Request::RuntimeAttach { cell } => {
-                    let res = daemon.transact(|e| e.runtime_attach(&caller, &cell));
-                    match res {
-                        Ok(Ok((body, fds))) => {
-                            frame::write(&mut stream, &Response::Ok { body })?;
-                            tess_channel::handoff::send_endpoint(stream.as_fd(), &fds)?;
-                        }
-                        Ok(Err(e)) => frame::write(&mut stream, &err(e.kind, e.message))?,
-                        Err(busy) => {
-                            frame::write(&mut stream, &err(ErrorKind::Internal, busy.to_string()))?
-                        }
-                    }
-                    continue;
-                }
-                _ => {}
+        match req {
+            Request::Register {
+                name,
+                access,
+                channel,
+            } => {
+                let me = daemon.snapshot().peer_info(&caller);
+                return serve_service(stream, &caller, me, names, name, access, channel);
             }
+            Request::Connect { name } => {
+                let client = daemon.snapshot().peer_info(&caller);
+                connect_client(&mut stream, client, names, &name)?;
+                continue;
+            }
+            Request::ListNames => {
+                frame::write(
+                    &mut stream,
+                    &Response::Ok {
+                        body: Body::Names {
+                            names: names.list(),
+                        },
+                    },
+                )?;
+                continue;
+            }
+            Request::RuntimeAttach { cell } => {
+                let res = daemon.transact(|e| e.runtime_attach(&caller, &cell));
+                match res {
+                    Ok(Ok((body, fds))) => {
+                        frame::write(&mut stream, &Response::Ok { body })?;
+                        tess_channel::handoff::send_endpoint(stream.as_fd(), &fds)?;
+                    }
+                    Ok(Err(e)) => frame::write(&mut stream, &err(e.kind, e.message))?,
+                    Err(busy) => {
+                        frame::write(&mut stream, &err(ErrorKind::Internal, busy.to_string()))?
+                    }
+                }
+                continue;
+            }
+            _ => {}
         }
         let (op, started) = (crate::metrics::op_name(&req), std::time::Instant::now());
-        if greeted && matches!(req, Request::Status) {
+        if matches!(req, Request::Status) {
             let frame = status_frame(&mut last_status, status, daemon, &caller)?;
             crate::metrics::TRANSACTIONS.record(op, true, started.elapsed());
             stream.write_all(frame)?;
             continue;
         }
-        let resp = if !greeted && !is_hello {
-            err(ErrorKind::Usage, "the first request must be hello")
-        } else {
-            daemon.handle(&caller, req)
-        };
+        let resp = daemon.handle(&caller, req);
         crate::metrics::record(op, &resp, started.elapsed());
-        if is_hello && matches!(resp, Response::Ok { .. }) {
-            greeted = true;
-        }
         frame::write(&mut stream, &resp)?;
     }
 }

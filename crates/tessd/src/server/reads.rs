@@ -273,7 +273,6 @@ fn hand_off(conn: Conn, shared: &Shared) {
     let Conn {
         stream,
         caller,
-        greeted,
         input,
         ..
     } = conn;
@@ -284,7 +283,7 @@ fn hand_off(conn: Conn, shared: &Shared) {
             .name("tessd-conn".into())
             .spawn(move || {
                 let _live = live;
-                if let Err(e) = super::connection(stream, caller, greeted, input, &shared) {
+                if let Err(e) = super::connection(stream, caller, input, &shared) {
                     tracing::debug!("connection ended: {e:#}");
                 }
             })
@@ -503,6 +502,14 @@ mod tests {
         frame::read(s).unwrap()
     }
 
+    /// The body of a successful reply.
+    fn body(r: Response) -> Body {
+        match r {
+            Response::Ok { body } => body,
+            r => panic!("{r:?}"),
+        }
+    }
+
     fn is_status(r: &Response) -> bool {
         matches!(
             r,
@@ -525,40 +532,17 @@ mod tests {
         ] {
             burst.extend(frame::encode(&req).unwrap());
         }
-        // One write: the loop finds five frames at once, the fourth of which (ListNames) only
-        // a connection thread answers, and the fifth must reach that thread too.
+        // One write: the loop finds five frames at once. It answers the first two; the third
+        // (ListCells) only a connection thread answers, and the two after it must reach that
+        // thread too, in order.
         s.write_all(&burst).unwrap();
-        let r = reply(&mut s);
-        assert!(
-            matches!(
-                r,
-                Response::Ok {
-                    body: Body::Hello { .. }
-                }
-            ),
-            "{r:?}"
-        );
+        let r = body(reply(&mut s));
+        assert!(matches!(r, Body::Hello { .. }), "{r:?}");
         assert!(is_status(&reply(&mut s)));
-        let r = reply(&mut s);
-        assert!(
-            matches!(
-                r,
-                Response::Ok {
-                    body: Body::Cells { .. }
-                }
-            ),
-            "{r:?}"
-        );
-        let r = reply(&mut s);
-        assert!(
-            matches!(
-                r,
-                Response::Ok {
-                    body: Body::Names { .. }
-                }
-            ),
-            "{r:?}"
-        );
+        let r = body(reply(&mut s));
+        assert!(matches!(r, Body::Cells { .. }), "{r:?}");
+        let r = body(reply(&mut s));
+        assert!(matches!(r, Body::Names { .. }), "{r:?}");
         assert!(is_status(&reply(&mut s)));
         s.write_all(&status_request()).unwrap();
         assert!(is_status(&reply(&mut s)), "the thread keeps serving it");

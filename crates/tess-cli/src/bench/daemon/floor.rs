@@ -1,9 +1,9 @@
 //! The floor of `tess bench daemon`: the least a server can do per call on this machine with the
 //! same clients. A process of its own (as tessd is), at the clients' nice value and on their
 //! harts, answers every request on a Unix socket with a `status` reply tessd sent (decoded and
-//! encoded again: the same JSON), from one epoll loop: no snapshot, no metrics, no parsing beyond finding where a frame ends.
-//! The clients decode that reply as they decode tessd's, so the difference between the two
-//! measurements is tessd's own cost.
+//! encoded again: the same JSON), from one epoll loop: no snapshot, no metrics, no parsing
+//! beyond finding where a frame ends. The clients decode that reply as they decode tessd's, so
+//! the difference between the two measurements is tessd's own cost.
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::HashMap;
