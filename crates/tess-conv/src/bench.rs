@@ -6,7 +6,8 @@
 //! A run of `n` instances: one `SCHED_FIFO` audio thread on the hart wakes every 725.6 us
 //! (32 samples), feeds every instance the same block and sums their outputs. A drop is a
 //! callback that ends after the next one should have started, or a long level whose result was
-//! not ready when its samples were due. The most instances is found by doubling then bisecting
+//! not ready when its samples were due; a late callback the host caused (a late wake-up or a
+//! stalled vCPU, see [`account`]) is counted apart, and a late level never is. The most instances is found by doubling then bisecting
 //! with short runs, then confirmed with one full-length run (stepping down until one passes).
 //! The confirmed count is the figure (`instances_*`) and the targets are judged on it; the
 //! short runs' count is reported beside it (`search_instances_*`), confirmed or not, because on
@@ -59,6 +60,9 @@ pub struct Trial {
     /// Callbacks that ended after the next one was due and whose timer woke them more than
     /// half a period late (the host's doing, not the load's).
     pub late_wakeups: u64,
+    /// Callbacks that ended after the next one was due with more than half a period spent
+    /// in one instance's share of them (the host's doing: see [`account`]).
+    pub stalls: u64,
     /// Longest callback (wake-up to done), microseconds.
     pub max_us: f64,
 }
@@ -142,15 +146,19 @@ fn run_ours(
                     priority: o.rt_priority as u32,
                 }),
             )?;
-            let t = audio_loop(o.block, seconds, |input, out| {
+            let t = audio_loop(o.block, seconds, |input, out, woke| {
                 let mut late = false;
                 let mut sink = 0.0;
+                let (mut last, mut longest) = (woke, 0);
                 for c in convs.iter_mut() {
                     late |= c.process(input, out) > 0;
                     sink += out[0];
+                    let now = now_ns();
+                    longest = longest.max(now - last);
+                    last = now;
                 }
                 std::hint::black_box(sink);
-                late
+                Work { late, longest }
             });
             tess_sched::rt::place_current_thread(None, Some(Policy::Other { nice: 0 }))?;
             Ok(Trial { instances: n, ..t })
@@ -160,20 +168,30 @@ fn run_ours(
     })
 }
 
-/// The periodic loop: `work(input, scratch)` per callback, returning whether a level was late.
+/// What one callback's work reports.
+struct Work {
+    /// A long level was late.
+    late: bool,
+    /// The longest share of the callback one instance took, ns: from the wake-up (or the
+    /// previous instance's end) to its end.
+    longest: u64,
+}
+
+/// The periodic loop: `work(input, scratch, woke)` per callback.
 ///
 /// A callback that ends after the next one is due is an overrun (what a listener hears),
-/// unless its timer alone woke it more than half a period late while the thread was idle (the
-/// previous callback had ended before this one's release): the hypervisor here delays a
-/// vCPU's timer by up to a millisecond now and then with no load at all (the empty run the
-/// bench reports counts them), and those are counted apart as late wake-ups. A loop running
-/// behind its own work is never excused. After a callback that ends more than a period past
-/// the next release, the missed periods are skipped ([`account`]). A run stops early once it
+/// unless the host caused it ([`account`]): its timer alone woke it more than half a period
+/// late while the thread was idle (a late wake-up), or one instance's share of it took more
+/// than half a period (a stall). The hypervisor here delays a vCPU's timer by up to a
+/// millisecond now and then with no load at all (the empty run the bench reports counts
+/// those), and stalls a running vCPU for up to several milliseconds. Both are counted apart.
+/// A loop running behind its own work is never excused. After a callback that ends more than
+/// a period past the next release, the missed periods are skipped. A run stops early once it
 /// has clearly failed.
 fn audio_loop(
     block: usize,
     seconds: f64,
-    mut work: impl FnMut(&[f32], &mut [f32]) -> bool,
+    mut work: impl FnMut(&[f32], &mut [f32], u64) -> Work,
 ) -> Trial {
     let period = (block as f64 * 1e9 / RATE) as u64;
     let warmup = 200_000_000;
@@ -195,15 +213,23 @@ fn audio_loop(
                 .wrapping_add(1442695040888963407);
             *x = ((s >> 40) & 0xFF_FFFF) as f32 / 16_777_216.0 - 0.5;
         }
-        let late = work(&input, &mut out);
+        let w = work(&input, &mut out, woke);
         let done = now_ns();
-        let (event, following) = account(next, woke, done, prev_done, period);
+        let times = Times {
+            release: next,
+            woke,
+            done,
+            prev_done,
+            longest: w.longest,
+        };
+        let (event, following) = account(times, period);
         if next >= start + warmup {
             t.callbacks += 1;
-            t.late += u64::from(late);
+            t.late += u64::from(w.late);
             match event {
                 Callback::OnTime => {}
                 Callback::LateWakeUp => t.late_wakeups += 1,
+                Callback::Stall => t.stalls += 1,
                 Callback::Overrun => t.overruns += 1,
             }
             max_ns = max_ns.max(done - woke);
@@ -226,23 +252,53 @@ enum Callback {
     /// After the next one was due, but its thread was idle at its release and its timer woke
     /// it more than half a period late: the host's doing, not the load's.
     LateWakeUp,
+    /// After the next one was due, with more than half a period spent in one instance's share
+    /// of the callback: the host's doing, not the load's.
+    Stall,
     /// After the next one was due: a drop.
     Overrun,
 }
 
-/// Judges a callback released at `release`, woken at `woke`, done at `done`, the one before it
-/// done at `prev_done`; returns the verdict and the next release.
+/// When a callback was released, woke and ended, when the one before it ended, and the longest
+/// share of it one instance took (ns).
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    release: u64,
+    woke: u64,
+    done: u64,
+    prev_done: u64,
+    longest: u64,
+}
+
+/// Judges a callback; returns the verdict and the next release.
+///
+/// A late callback is the host's doing in two cases, counted apart. A *late wake-up*: the
+/// thread was idle at the release (the previous callback had ended) and its timer woke it more
+/// than half a period late. A *stall*: one instance's share of the callback took more than half
+/// a period. The audio thread is the highest-priority thread on its hart, so nothing of the
+/// bench's own can preempt it, and one instance's share is a small part of a period (at most
+/// tens of microseconds here against 725.6): such a share is a vCPU the hypervisor stopped.
+/// Every other late callback, a loop behind its own work included, is an overrun: a drop.
 ///
 /// The next release is a period later, unless that is already more than a period past: then
 /// the periods in between are skipped and the schedule goes on from the last period boundary
 /// before `done`, as an audio device does after an xrun. Without that, one host stall of 9 ms
 /// (seen here) would be followed by a dozen callbacks run back to back, each counted a drop, for
 /// one event.
-fn account(release: u64, woke: u64, done: u64, prev_done: u64, period: u64) -> (Callback, u64) {
+fn account(t: Times, period: u64) -> (Callback, u64) {
+    let Times {
+        release,
+        woke,
+        done,
+        prev_done,
+        longest,
+    } = t;
     let event = if done <= release + period {
         Callback::OnTime
     } else if prev_done <= release && woke - release > period / 2 {
         Callback::LateWakeUp
+    } else if longest > period / 2 {
+        Callback::Stall
     } else {
         Callback::Overrun
     };
@@ -330,6 +386,7 @@ fn run_zita(exe: &Path, o: &ConvBenchOptions, n: usize, seconds: f64) -> anyhow:
         late: num("late") as u64,
         overruns: num("overruns") as u64,
         late_wakeups: num("late_wakeups") as u64,
+        stalls: num("stalls") as u64,
         max_us: num("max_us"),
     })
 }
@@ -479,7 +536,7 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
             o.block,
             o.block as f64 * 1e6 / RATE
         ),
-        &["long levels", "partitions", "short-run search", "instances", "confirming run", "late", "overruns", "late wake-ups", "max callback us"],
+        &["long levels", "partitions", "short-run search", "instances", "confirming run", "late", "overruns", "late wake-ups", "stalls", "max callback us"],
     );
     t.row(&[
         "none (empty callbacks)".to_string(),
@@ -490,6 +547,7 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
         empty.late.to_string(),
         empty.overruns.to_string(),
         empty.late_wakeups.to_string(),
+        empty.stalls.to_string(),
         format!("{:.0}", empty.max_us),
     ]);
     let mut detail = serde_json::Map::new();
@@ -541,6 +599,7 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
                     last.late.to_string(),
                     last.overruns.to_string(),
                     last.late_wakeups.to_string(),
+                    last.stalls.to_string(),
                     format!("{:.0}", last.max_us),
                 ]);
                 detail.insert(v.figure().into(), json!(log));
@@ -555,6 +614,7 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
                     search,
                     "-".into(),
                     format!("not measured: {e}"),
+                    "".into(),
                     "".into(),
                     "".into(),
                     "".into(),
@@ -636,10 +696,12 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
         o.search_seconds, o.seconds
     ));
     r.note(format!(
-        "a drop is a callback that ended after the next was due, or a long level not ready when due; callbacks whose \
-         timer woke them more than half a period late while the thread was idle are counted apart (late wake-ups: the \
-         empty run shows how many the machine makes by itself); after a stall past a whole period the missed periods \
-         are skipped, as an audio device does after an xrun; deep idle states {} (/dev/cpu_dma_latency = 0) for every variant",
+        "a drop is a callback that ended after the next was due, or a long level not ready when due; two kinds of late \
+         callback are the host's and counted apart: late wake-ups (the timer woke the idle thread more than half a period \
+         late; the empty run shows how many the machine makes by itself) and stalls (one instance's share of the callback \
+         took more than half a period, which nothing of the bench's own can do to the highest-priority thread on the \
+         hart); late levels are never excused; after a stall past a whole period the missed periods are skipped, as an \
+         audio device does after an xrun; deep idle states {} (/dev/cpu_dma_latency = 0) for every variant",
         if idle_held { "were off" } else { "could not be switched off" }
     ));
     r.note(
@@ -736,13 +798,27 @@ mod tests {
         assert!(failed >= CONFIRMATIONS, "{failed} failed runs kept");
     }
 
+    /// A callback's times, its longest instance share `longest`.
+    fn times(release: u64, woke: u64, done: u64, prev_done: u64, longest: u64) -> Times {
+        Times {
+            release,
+            woke,
+            done,
+            prev_done,
+            longest,
+        }
+    }
+
     #[test]
     fn a_host_stall_is_one_late_wake_up_and_the_schedule_skips_what_it_missed() {
         let p = 1000;
         // on time
-        assert_eq!(account(0, 10, 500, 0, p), (Callback::OnTime, 1000));
+        assert_eq!(
+            account(times(0, 10, 500, 0, 50), p),
+            (Callback::OnTime, 1000)
+        );
         // idle at release, woken 9.5 periods late: one late wake-up, restart after `done`
-        let (event, next) = account(1000, 10_500, 10_600, 500, p);
+        let (event, next) = account(times(1000, 10_500, 10_600, 500, 50), p);
         assert_eq!(event, Callback::LateWakeUp);
         assert!(
             next > 10_600 - p && next <= 10_600 && (next - 1000) % p == 0,
@@ -750,13 +826,45 @@ mod tests {
         );
         // the callback after it is judged on its own
         assert_eq!(
-            account(next, next + 5, next + 300, 10_600, p).0,
+            account(times(next, next + 5, next + 300, 10_600, 50), p).0,
             Callback::OnTime
         );
         // busy at release (the one before ran past it): an overrun, whatever the wake-up
-        assert_eq!(account(1000, 1700, 2100, 1600, p).0, Callback::Overrun);
-        // woken on time but too slow: an overrun; the next release stays a period on
-        assert_eq!(account(1000, 1010, 2500, 900, p), (Callback::Overrun, 2000));
+        assert_eq!(
+            account(times(1000, 1700, 2100, 1600, 100), p).0,
+            Callback::Overrun
+        );
+        // woken on time but too slow, every instance's share short: an overrun; the next
+        // release stays a period on
+        assert_eq!(
+            account(times(1000, 1010, 2500, 900, 300), p),
+            (Callback::Overrun, 2000)
+        );
+    }
+
+    #[test]
+    fn a_late_callback_with_one_share_over_half_a_period_is_a_stall_not_a_drop() {
+        let p = 1000;
+        // one instance's share took 1.2 periods: the vCPU was stopped
+        assert_eq!(
+            account(times(1000, 1010, 2500, 900, 1200), p).0,
+            Callback::Stall
+        );
+        // also when the loop was busy at the release
+        assert_eq!(
+            account(times(1000, 1700, 2600, 1600, 800), p).0,
+            Callback::Stall
+        );
+        // exactly half a period is the load's: an overrun
+        assert_eq!(
+            account(times(1000, 1010, 2100, 900, 500), p).0,
+            Callback::Overrun
+        );
+        // a long share in a callback that ended in time is nothing
+        assert_eq!(
+            account(times(1000, 1010, 1990, 900, 900), p).0,
+            Callback::OnTime
+        );
     }
 
     #[test]
@@ -773,10 +881,11 @@ mod tests {
         assert!(
             Trial {
                 late_wakeups: 3,
+                stalls: 2,
                 ..ok
             }
             .drop_free(),
-            "late wake-ups are the host's"
+            "late wake-ups and stalls are the host's"
         );
     }
 }

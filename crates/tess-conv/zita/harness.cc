@@ -3,8 +3,10 @@
 // SCHED_FIFO PRIO thread on HART for SECONDS. zita runs its partition levels on its own
 // threads (one per level and instance) at PRIO-1 and below, pinned to the same hart: the same
 // preparation as tess-conv's preemptive mode. Prints one JSON line: callbacks, late (process()
-// reported a level late, plus convolvers zita stopped by itself), overruns (a callback ended after the next was due), late_wakeups
-// (of those, the ones whose timer woke them more than half a period late), max_us.
+// reported a level late, plus convolvers zita stopped by itself), overruns (a callback ended
+// after the next was due), late_wakeups and stalls (late callbacks that were the host's, counted
+// apart by the same rule as `account` in bench.rs: the timer woke the idle thread more than half
+// a period late, or one instance's share of the callback took more than half a period), max_us.
 //
 // Built by the bench at run time: g++ -O2 harness.cc -lzita-convolver -lfftw3f -lpthread
 #include <zita-convolver.h>
@@ -72,7 +74,8 @@ int main(int argc, char **argv) {
     const long long warmup = 200000000LL; // not counted: page faults, first FFTs
     std::vector<float> input(block);
     double sink = 0;
-    long long callbacks = 0, late = 0, overruns = 0, late_wakeups = 0, max_ns = 0, prev_done = 0;
+    long long callbacks = 0, late = 0, overruns = 0, late_wakeups = 0, stalls = 0, max_ns = 0,
+              prev_done = 0;
     long long start = now_ns() + 1000000, next = start;
     long long end = start + warmup + (long long)(seconds * 1e9);
     for (long long t = 0; next < end; t++) {
@@ -84,11 +87,15 @@ int main(int argc, char **argv) {
             input[j] = (float)((s >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
         }
         int late_now = 0;
+        long long last = woke, longest = 0; // the longest share one instance took
         for (Convproc *c : conv) {
             memcpy(c->inpdata(0), input.data(), block * sizeof(float));
             int flags = c->process(false);
             if (flags & Convproc::FL_LATE) late_now = 1;
             sink += c->outdata(0)[0];
+            long long now = now_ns();
+            if (now - last > longest) longest = now - last;
+            last = now;
         }
         long long done = now_ns();
         if (next >= start + warmup) {
@@ -97,6 +104,7 @@ int main(int argc, char **argv) {
             // the same two counts as the Rust side (see audio_loop in bench.rs)
             if (done > next + period) {
                 if (prev_done <= next && woke - next > period / 2) late_wakeups++;
+                else if (longest > period / 2) stalls++;
                 else overruns++;
             }
             if (overruns + late > 50) break; // failed beyond doubt (CLEARLY_FAILED in bench.rs)
@@ -115,7 +123,8 @@ int main(int argc, char **argv) {
     sp.sched_priority = 0;
     sched_setscheduler(0, SCHED_OTHER, &sp);
     for (Convproc *c : conv) { c->stop_process(); while (!c->check_stop()) usleep(1000); c->cleanup(); delete c; }
-    printf("{\"stopped\":%lld,\"callbacks\":%lld,\"late\":%lld,\"overruns\":%lld,\"late_wakeups\":%lld,\"max_us\":%.1f,\"sink\":%g}\n",
-           stopped, callbacks, late + stopped, overruns, late_wakeups, max_ns / 1000.0, sink);
+    printf("{\"stopped\":%lld,\"callbacks\":%lld,\"late\":%lld,\"overruns\":%lld,\"late_wakeups\":%lld,"
+           "\"stalls\":%lld,\"max_us\":%.1f,\"sink\":%g}\n",
+           stopped, callbacks, late + stopped, overruns, late_wakeups, stalls, max_ns / 1000.0, sink);
     return 0;
 }

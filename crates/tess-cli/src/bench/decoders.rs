@@ -26,7 +26,7 @@
 //! in the decode); demand `D = 60 c60 + 30 c30` (a fraction of one hart); capacity `C = D /
 //! load` (`--load`, default 0.85). Decoding as played costs more than decoding a clip alone
 //! back to back (between frames the hart idles and the caches cool, and the two decoders take
-//! turns in them): 6% to 22% more in runs here. Sized from the alone cost, as the bench did
+//! turns in them): 8% to 19% more in four runs here. Sized from the alone cost, as the bench did
 //! until 2026-11-29, the capacity fell short of the demand on bad days and every scheduler
 //! missed most frames. The alone cost is still measured, for the spread of per-frame costs.
 //!
@@ -989,7 +989,7 @@ const PLAYED_COST_SECS: f64 = 3.0;
 /// time in the decode. This is what the capacity must carry. It is higher than decoding a clip
 /// alone back to back (`calibrate`): between frames the threads sleep and the hart idles, so a
 /// frame starts with colder caches, and the two decoders' working sets take turns in them
-/// (22% higher in one run here, 6% in another).
+/// (8% to 19% higher, medians of the rounds of four runs here).
 fn played_cost(hart: usize, units: &[Units]) -> anyhow::Result<Vec<f64>> {
     let setup = Setup {
         hart,
