@@ -18,28 +18,30 @@
 //! | `cfs` | two plain Linux threads (CFS/EEVDF) |
 //! | `dl` | two plain Linux threads, each its own `SCHED_DEADLINE` reservation (runtime = its mean decode cost / load, period = deadline = its frame period) |
 //!
-//! **Capacity.** The paper sizes the experiment so that decoding needs about 85% of the
-//! machine. Decoding these clips needs a fraction of a modern hart, so the bench sizes the
-//! capacity instead, from the demand: each stream's mean CPU time per frame `c60`, `c30` *as
-//! played* (`played_cost`: both streams on their release schedule for 3 s after a second of
-//! warm-up, as plain threads on the hart with no limit, each frame's cost its thread's CPU time
-//! in the decode); demand `D = 60 c60 + 30 c30` (a fraction of one hart); capacity `C = D /
-//! load` (`--load`, default 0.85). Decoding as played costs more than decoding a clip alone
-//! back to back (between frames the hart idles and the caches cool, and the two decoders take
-//! turns in them): 8% to 19% more in four runs here. Sized from the alone cost, as the bench did
-//! until 2026-11-29, the capacity fell short of the demand on bad days and every scheduler
-//! missed most frames. The alone cost is still measured, for the spread of per-frame costs.
+//! **Capacity.** The paper sizes the experiment so that decoding needs about 85% of the machine.
+//! Decoding these clips needs a fraction of a modern hart, so the bench sizes the capacity instead,
+//! from the demand: each stream's mean CPU time per frame `c60`, `c30` *as played* (`played_cost`:
+//! both streams on their release schedule for the same frames as a scheduler's slice, as plain
+//! threads on the hart with no limit, each frame's cost its thread's CPU time in the decode);
+//! demand `D = 60 c60 + 30 c30` (a fraction of one hart); capacity `C = D / load` (`--load`,
+//! default 0.85). Decoding as played costs more than decoding a clip alone back to back (between
+//! frames the hart idles and the caches cool, and the two decoders take turns in them): 8% to 19%
+//! more in four runs here. Sized from the alone cost, as the bench did until 2026-11-29, the
+//! capacity fell short of the demand on bad days and every scheduler missed most frames. The alone
+//! cost is still measured, for the spread of per-frame costs.
 //!
 //! **Rounds.** This guest's speed changes by more than the 15% of slack within seconds, and from
-//! one run to the next, so the bench measures in `--rounds` rounds (default 5): each round measures
-//! the demand as played, sizes the capacity from it, and runs every scheduler for `--secs / rounds`
-//! seconds on it, the order rotating by one from round to round (`variant_order`). A slowdown then
-//! lands on all schedulers alike rather than on whichever ran at the time. The figures pool every
-//! round's frames; a table gives each round's demand, capacity, and each scheduler's misses and the
-//! CPU it received as a share of the capacity (near 100%: the slice needed all of it, the host ran
-//! slower than when the demand was measured). `demand` and `capacity` are medians over the rounds.
-//! Every variant gets `C` of the same hart, in the form its scheduler takes, with the period `P` =
-//! 1/60 s:
+//! one run to the next, so the bench measures in `--rounds` rounds (default 4, one per variant):
+//! each round measures the demand as played, sizes the capacity from it, and runs every scheduler
+//! for `--secs / rounds` seconds on it, the order rotating by one from round to round
+//! (`variant_order`; with the default four rounds each variant runs first, second, third and last
+//! once). A slowdown then lands on all schedulers alike rather than on whichever ran at the time.
+//! The figures pool every round's frames; a table gives each round's demand, capacity, and each
+//! scheduler's misses and the CPU it received as a share of the capacity (near 100%: the slice
+//! needed all of it, the host ran slower than when the demand was measured). `demand`, `capacity`
+//! and the played costs are those of the round with the median demand; `<variant>_used` is the mean
+//! over the rounds of the CPU received as a share of the round's capacity. Every variant gets `C`
+//! of the same hart, in the form its scheduler takes, with the period `P` = 1/60 s:
 //!
 //! - `edf`, `grr`: the Pulse hart (one kernel thread) is a `SCHED_DEADLINE` reservation of
 //!   `C x P` every `P`, the cell's reservation;
@@ -79,7 +81,7 @@
 //! Figures: `edf_miss_60`, `edf_miss_30`, `grr_miss_60`, `grr_miss_30`, `cfs_miss_60`,
 //! `cfs_miss_30`, `dl_miss_60`, `dl_miss_30` (percent of frames over their period), per-variant
 //! `*_p50_60_ms`, `*_p99_60_ms` (and `_30`), `demand` (D), `capacity` (C), `cost_60_ms`,
-//! `cost_30_ms` (as played; medians over the rounds), `demand_alone`, `cost_60_alone_ms`,
+//! `cost_30_ms` (as played; the round of the median demand), `<variant>_used`, `demand_alone`, `cost_60_alone_ms`,
 //! `cost_30_alone_ms` (decoding alone), `rounds`. Targets: `edf_miss_60 <= 0.4`,
 //! `edf_miss_30 == 0`, EDF no worse than `SCHED_DEADLINE` on either stream. The CDF of frame
 //! latency per scheduler (the paper's Fig. 5, both streams) is written as SVG (`--svg`, default
@@ -105,7 +107,7 @@ pub struct DecodersArgs {
     /// Measured seconds per scheduler, over all rounds (default 25; 5 with --quick).
     #[arg(long, value_name = "S")]
     pub secs: Option<f64>,
-    /// Rounds (default 5; 1 with --quick). Each round measures the decoding demand as played,
+    /// Rounds (default 4, one per variant; 1 with --quick). Each round measures the decoding demand as played,
     /// sizes the capacity from it and runs every scheduler for --secs / rounds on it, in an
     /// order that rotates, so a change in the host's speed lands on every scheduler alike.
     #[arg(long, value_name = "N")]
@@ -214,9 +216,9 @@ struct Raw {
     /// Per stream: (p50, p99, max) of the per-frame decode cost alone over the frames that
     /// are played (all but the IDR, which is pre-rolled), and the IDR's cost, ns.
     cost_spread_ns: Vec<[f64; 4]>,
-    /// Median over the rounds of the played decode cost per frame, ns, per stream.
+    /// The played decode cost per frame, ns, per stream, of the round of the median demand.
     cost_ns: Vec<f64>,
-    /// Median over the rounds of the demand and of the capacity (fractions of the hart).
+    /// The demand and the capacity of that round (fractions of the hart).
     demand: f64,
     capacity: f64,
     /// Period of the capacity, ns.
@@ -866,7 +868,9 @@ fn num_cpus() -> usize {
 fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     let dir = cache_dir(a);
     let secs = a.secs.unwrap_or(if a.common.quick { 5.0 } else { 25.0 });
-    let rounds = a.rounds.unwrap_or(if a.common.quick { 1 } else { 5 });
+    let rounds = a
+        .rounds
+        .unwrap_or(if a.common.quick { 1 } else { VARIANTS.len() });
     anyhow::ensure!(a.load > 0.0 && a.load < 1.0, "--load must lie in (0, 1)");
     anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
     anyhow::ensure!(secs > 0.0, "--secs must be positive");
@@ -908,7 +912,7 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     raw.received = vec![0.0; VARIANTS.len()];
     raw.steal_ms = vec![Some(0.0); VARIANTS.len()];
     for r in 0..rounds {
-        let cost_ns = played_cost(hart, &units)?;
+        let cost_ns = played_cost(hart, &units, &slice_frames)?;
         let demand = demand_of(&cost_ns);
         let mut capacity = demand / a.load;
         if capacity > 0.95 {
@@ -952,15 +956,12 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
         }
         raw.rounds.push(round);
     }
-    let median = |f: &dyn Fn(&Round) -> f64| {
-        let v: Vec<f64> = raw.rounds.iter().map(f).collect();
-        tess_bench::Summary::of(&v).median
-    };
-    raw.demand = median(&|r| r.demand);
-    raw.capacity = median(&|r| r.capacity);
-    raw.cost_ns = (0..STREAMS.len())
-        .map(|i| median(&|r| r.cost_ns[i]))
-        .collect();
+    // The round of the median demand (the lower middle one of an even count) gives the
+    // demand, the capacity and the costs, so that they agree with each other.
+    let mut by_demand: Vec<&Round> = raw.rounds.iter().collect();
+    by_demand.sort_by(|a, b| a.demand.total_cmp(&b.demand));
+    let mid = by_demand[(by_demand.len() - 1) / 2];
+    (raw.demand, raw.capacity, raw.cost_ns) = (mid.demand, mid.capacity, mid.cost_ns.clone());
     Ok(raw)
 }
 
@@ -981,23 +982,18 @@ fn demand_of(cost_ns: &[f64]) -> f64 {
         .sum()
 }
 
-/// Seconds of the played-cost measurement that are scored (after the usual warm-up).
-const PLAYED_COST_SECS: f64 = 3.0;
-
 /// The mean decode cost per frame of each stream as played: both streams on their release
-/// schedule, as plain threads on the hart with no limit, each frame's cost its thread's CPU
-/// time in the decode. This is what the capacity must carry. It is higher than decoding a clip
+/// schedule, as plain threads on the hart with no limit, the same frames as a slice
+/// (`frames` scored after the usual warm-up), each frame's cost its thread's CPU time in the
+/// decode. This is what the capacity must carry. It is higher than decoding a clip
 /// alone back to back (`calibrate`): between frames the threads sleep and the hart idles, so a
 /// frame starts with colder caches, and the two decoders' working sets take turns in them
-/// (8% to 19% higher, medians of the rounds of four runs here).
-fn played_cost(hart: usize, units: &[Units]) -> anyhow::Result<Vec<f64>> {
+/// (8% to 19% higher in four runs here).
+fn played_cost(hart: usize, units: &[Units], frames: &[usize]) -> anyhow::Result<Vec<f64>> {
     let setup = Setup {
         hart,
         units: units.to_vec(),
-        frames: STREAMS
-            .iter()
-            .map(|s| (PLAYED_COST_SECS * f64::from(s.fps)).round() as usize)
-            .collect(),
+        frames: frames.to_vec(),
         cost_ns: vec![0.0; STREAMS.len()],
         capacity: 1.0,
         load: 1.0,
@@ -1171,6 +1167,17 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
             }
             None => row.push("-".into()),
         }
+        let used: Vec<f64> = raw
+            .rounds
+            .iter()
+            .filter_map(|round| Some(round.received.get(v)? / round.capacity))
+            .collect();
+        if !used.is_empty() {
+            r.figure(
+                format!("{name}_used"),
+                used.iter().sum::<f64>() / used.len() as f64,
+            );
+        }
         match raw.received.get(v) {
             Some(&got) => {
                 r.figure(format!("{name}_received"), got);
@@ -1235,7 +1242,7 @@ fn report(raw: &Raw, svg_path: &Path, mut notes: Vec<String>) -> anyhow::Result<
     notes.push(format!(
         "hart {}: decoding as played (both streams on their schedule, plain threads, no limit) \
          costs {:.2} ms/frame at 640x360 and {:.2} ms/frame at 750x430, demand {:.1}% of the \
-         hart; capacity {:.1}% of it (load {:.2}; medians of {} round(s)). Each clip decoded \
+         hart; capacity {:.1}% of it (load {:.2}; the round of the median demand of {}). Each clip decoded \
          alone, back to back: {:.2} and {:.2} ms/frame, demand {:.1}%",
         raw.hart,
         raw.cost_ns[0] / 1e6,
