@@ -916,26 +916,19 @@ mod tests {
     #[test]
     fn a_late_callback_with_one_share_over_half_a_period_is_a_stall_not_a_drop() {
         let p = 1000;
-        // one instance's share took 1.2 periods: the vCPU was stopped
-        assert_eq!(
-            account(times(1000, 1010, 2500, 900, 1200), p, true).0,
-            Callback::Stall
-        );
-        // also when the loop was busy at the release
-        assert_eq!(
-            account(times(1000, 1700, 2600, 1600, 800), p, true).0,
-            Callback::Stall
-        );
-        // exactly half a period is the load's: an overrun
-        assert_eq!(
-            account(times(1000, 1010, 2100, 900, 500), p, true).0,
-            Callback::Overrun
-        );
-        // a long share in a callback that ended in time is nothing
-        assert_eq!(
-            account(times(1000, 1010, 1990, 900, 900), p, true).0,
-            Callback::OnTime
-        );
+        let cases = [
+            // one instance's share took 1.2 periods: the vCPU was stopped
+            (times(1000, 1010, 2500, 900, 1200), Callback::Stall),
+            // also when the loop was busy at the release
+            (times(1000, 1700, 2600, 1600, 800), Callback::Stall),
+            // exactly half a period is the load's: an overrun
+            (times(1000, 1010, 2100, 900, 500), Callback::Overrun),
+            // a long share in a callback that ended in time is nothing
+            (times(1000, 1010, 1990, 900, 900), Callback::OnTime),
+        ];
+        for (t, want) in cases {
+            assert_eq!(account(t, p, true).0, want, "{t:?}");
+        }
     }
 
     #[test]
