@@ -7,8 +7,9 @@
 //! (32 samples), feeds every instance the same block and sums their outputs. A drop is a
 //! callback that ends after the next one should have started, or a long level whose result was
 //! not ready when its samples were due; a late callback the host caused (a late wake-up or a
-//! stalled vCPU, see [`account`]) is counted apart, and a late level never is. The most instances is found by doubling then bisecting
-//! with short runs, then confirmed with one full-length run (stepping down until one passes).
+//! stalled vCPU, see [`account`]) is counted apart, and a late level never is. The most
+//! instances is found by doubling then bisecting with short runs, then confirmed with one
+//! full-length run (stepping down until one passes).
 //! The confirmed count is the figure (`instances_*`) and the targets are judged on it; the
 //! short runs' count is reported beside it (`search_instances_*`), confirmed or not, because on
 //! a host that stalls a vCPU for milliseconds several times a minute a full-length run without
@@ -122,15 +123,29 @@ pub fn response(len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Runs `n` tess-conv instances in real time for `seconds`; `stalls` says whether a late
-/// callback may be judged a stall ([`account`]).
+/// How tess-conv runs in a variant: its plan, whether the long levels run preemptively on
+/// workers (else time-distributed), and whether a late callback may be judged a stall
+/// ([`account`]).
+#[derive(Clone, Copy)]
+struct Ours<'a> {
+    plan: &'a Plan,
+    preemptive: bool,
+    judge_stalls: bool,
+}
+
+/// Runs `n` tess-conv instances in real time for `seconds`.
 fn run_ours(
     o: &ConvBenchOptions,
-    (plan, preemptive, stalls): (&Plan, bool, bool),
+    ours: Ours<'_>,
     ir: &[f32],
     n: usize,
     seconds: f64,
 ) -> anyhow::Result<Trial> {
+    let Ours {
+        plan,
+        preemptive,
+        judge_stalls,
+    } = ours;
     let (o, plan, ir) = (o.clone(), plan.clone(), ir.to_vec());
     std::thread::scope(|s| {
         s.spawn(move || -> anyhow::Result<Trial> {
@@ -154,7 +169,7 @@ fn run_ours(
                     priority: o.rt_priority as u32,
                 }),
             )?;
-            let t = audio_loop(o.block, seconds, stalls, |input, out, woke| {
+            let t = audio_loop(o.block, seconds, judge_stalls, |input, out, woke| {
                 let mut late = false;
                 let mut sink = 0.0;
                 let (mut last, mut longest) = (woke, 0);
@@ -195,19 +210,18 @@ struct Work {
 
 /// The periodic loop: `work(input, scratch, woke)` per callback.
 ///
-/// A callback that ends after the next one is due is an overrun (what a listener hears),
-/// unless the host caused it ([`account`]): its timer alone woke it more than half a period
-/// late while the thread was idle (a late wake-up), or one instance's share of it took more
-/// than half a period (a stall). The hypervisor here delays a vCPU's timer by up to a
-/// millisecond now and then with no load at all (the empty run the bench reports counts
-/// those), and stalls a running vCPU for up to several milliseconds. Both are counted apart.
-/// A loop running behind its own work is never excused. After a callback that ends more than
-/// a period past the next release, the missed periods are skipped. A run stops early once it
-/// has clearly failed.
+/// A callback that ends after the next one is due is an overrun (what a listener hears), unless the
+/// host caused it ([`account`]): its timer alone woke it more than half a period late while the
+/// thread was idle (a late wake-up), or the vCPU was stopped in the middle of it (a stall, by the
+/// narrower rule `account` gives). The hypervisor here delays a vCPU's timer by up to a millisecond
+/// now and then with no load at all (the empty run the bench reports counts those), and stalls a
+/// running vCPU for up to several milliseconds. Both are counted apart. A loop running behind its
+/// own work is never excused. After a callback that ends more than a period past the next release,
+/// the missed periods are skipped. A run stops early once it has clearly failed.
 fn audio_loop(
     block: usize,
     seconds: f64,
-    stalls: bool,
+    judge_stalls: bool,
     mut work: impl FnMut(&[f32], &mut [f32], u64) -> Work,
 ) -> Trial {
     let period = (block as f64 * 1e9 / RATE) as u64;
@@ -233,6 +247,8 @@ fn audio_loop(
         }
         let w = work(&input, &mut out, woke);
         let done = now_ns();
+        // Only a late callback is judged, so only a late one pays for the second reading.
+        let late_callback = done > next + period;
         let times = Times {
             release: next,
             woke,
@@ -240,9 +256,9 @@ fn audio_loop(
             prev_done,
             longest: w.longest,
             shares: w.shares,
-            preempted: involuntary_switches() != switches,
+            preempted: late_callback && involuntary_switches() != switches,
         };
-        let (event, following) = account(times, period, stalls);
+        let (event, following) = account(times, period, judge_stalls);
         if next >= start + warmup {
             t.callbacks += 1;
             t.late += u64::from(w.late);
@@ -310,7 +326,7 @@ fn involuntary_switches() -> i64 {
 ///
 /// A late callback is the host's doing in two cases, counted apart. A *late wake-up*: the
 /// thread was idle at the release (the previous callback had ended) and its timer woke it more
-/// than half a period late. A *stall* (only where `stalls` allows it): one share of the
+/// than half a period late. A *stall* (only where `judge_stalls` allows it): one share of the
 /// callback took more than half a period, the guest's kernel did not switch the thread out
 /// meanwhile, and with that share cut to the callback's typical share the callback would have
 /// ended in time. The audio thread is the highest-priority thread on its hart, so nothing of
@@ -324,7 +340,7 @@ fn involuntary_switches() -> i64 {
 /// before `done`, as an audio device does after an xrun. Without that, one host stall of 9 ms
 /// (seen here) would be followed by a dozen callbacks run back to back, each counted a drop, for
 /// one event.
-fn account(t: Times, period: u64, stalls: bool) -> (Callback, u64) {
+fn account(t: Times, period: u64, judge_stalls: bool) -> (Callback, u64) {
     let Times {
         release,
         woke,
@@ -340,7 +356,7 @@ fn account(t: Times, period: u64, stalls: bool) -> (Callback, u64) {
         Callback::OnTime
     } else if prev_done <= release && woke - release > period / 2 {
         Callback::LateWakeUp
-    } else if stalls
+    } else if judge_stalls
         && !preempted
         && longest > period / 2
         && done - longest + typical <= release + period
@@ -551,7 +567,12 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
     let idle = NoDeepIdle::hold();
     let dir = tempdir()?;
     // The machine's own noise: callbacks that do nothing, as long as a confirming run.
-    let empty = run_ours(o, (&plan_td, false, true), &ir, 0, o.seconds.min(20.0))?;
+    let empty_ours = Ours {
+        plan: &plan_td,
+        preemptive: false,
+        judge_stalls: true,
+    };
+    let empty = run_ours(o, empty_ours, &ir, 0, o.seconds.min(20.0))?;
     // Stalls are judged only where one instance's share of a callback is modelled under a
     // sixth of the period (account): level 0 alone for the preemptive mode, the heaviest
     // callback of the time-distributed plan.
@@ -560,6 +581,16 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
     let share_td = plan_td.cost(&model, Objective::WorstCallback);
     let stalls_pre = share_pre <= period_ns / 6.0;
     let stalls_td = share_td <= period_ns / 6.0;
+    let preemptive = Ours {
+        plan: &plan_pre,
+        preemptive: true,
+        judge_stalls: stalls_pre,
+    };
+    let time_distributed = Ours {
+        plan: &plan_td,
+        preemptive: false,
+        judge_stalls: stalls_td,
+    };
 
     let mut found = Vec::new();
     for v in [Variant::Preemptive, Variant::TimeDistributed, Variant::Zita] {
@@ -567,12 +598,12 @@ pub fn run(o: &ConvBenchOptions) -> anyhow::Result<Report> {
             continue;
         }
         let result = match v {
-            Variant::Preemptive => most_instances(o, |n, secs| {
-                run_ours(o, (&plan_pre, true, stalls_pre), &ir, n, secs)
-            }),
-            Variant::TimeDistributed => most_instances(o, |n, secs| {
-                run_ours(o, (&plan_td, false, stalls_td), &ir, n, secs)
-            }),
+            Variant::Preemptive => {
+                most_instances(o, |n, secs| run_ours(o, preemptive, &ir, n, secs))
+            }
+            Variant::TimeDistributed => {
+                most_instances(o, |n, secs| run_ours(o, time_distributed, &ir, n, secs))
+            }
             Variant::Zita => build_zita(&dir)
                 .and_then(|exe| most_instances(o, |n, secs| run_zita(&exe, o, n, secs))),
         };
