@@ -33,9 +33,10 @@
 //! **Rounds.** This guest's speed changes by more than the 15% of slack within seconds, and from
 //! one run to the next, so the bench measures in `--rounds` rounds (default 4, one per variant):
 //! each round measures the demand as played, sizes the capacity from it, and runs every scheduler
-//! for `--secs / rounds` seconds on it, the order rotating by one from round to round
-//! (`variant_order`; with the default four rounds each variant runs first, second, third and last
-//! once). A slowdown then lands on all schedulers alike rather than on whichever ran at the time.
+//! for `--secs / rounds` seconds on it, in an order that changes from round to round
+//! (`variant_order`, a Williams design: with the default four rounds each variant runs first,
+//! second, third and last once, and right after each other variant once). A slowdown then lands
+//! on all schedulers alike rather than on whichever ran at the time.
 //! The figures pool every round's frames; a table gives each round's demand, capacity, and each
 //! scheduler's misses and the CPU it received as a share of the capacity (near 100%: the slice
 //! needed all of it, the host ran slower than when the demand was measured). `demand`, `capacity`
@@ -961,11 +962,23 @@ fn worker(a: &DecodersArgs, hart: usize, in_cell: bool) -> anyhow::Result<Raw> {
     Ok(raw)
 }
 
-/// The order of the variants' slices in round `r` (from 0): each round starts one variant
-/// later, so over `VARIANTS.len()` rounds every variant runs first, second, third and last
-/// once, right after the demand measurement or long after it.
+/// The order of the variants' slices in round `r` (from 0), a Williams design: round 0 runs
+/// 0, 1, n-1, 2, n-2, ... and each later round adds one to every variant (mod n). Over
+/// `VARIANTS.len()` rounds every variant runs once in every place, right after the demand
+/// measurement or long after it, and (n being even) right after every other variant exactly
+/// once, so whatever a slice leaves behind on the hart (warm caches, a host slowdown it started
+/// in) lands on each variant's successor alike. A plain rotation would always run the same
+/// variant after a given one.
 fn variant_order(r: usize) -> impl Iterator<Item = usize> {
-    (0..VARIANTS.len()).map(move |k| (r + k) % VARIANTS.len())
+    let n = VARIANTS.len();
+    (0..n).map(move |k| {
+        let first = match k {
+            0 => 0,
+            k if k % 2 == 1 => k.div_ceil(2),
+            k => n - k / 2,
+        };
+        (first + r) % n
+    })
 }
 
 /// Decoding demand as a fraction of one hart: frames per second times cost per frame, summed
@@ -1465,7 +1478,7 @@ mod tests {
     }
 
     #[test]
-    fn every_variant_takes_every_place_in_the_order_once() {
+    fn every_variant_takes_every_place_and_follows_every_other_once() {
         let n = VARIANTS.len();
         for r in 0..2 * n {
             let order: Vec<usize> = variant_order(r).collect();
@@ -1480,6 +1493,18 @@ mod tests {
             at_place.sort_unstable();
             assert_eq!(at_place, (0..n).collect::<Vec<_>>(), "place {place}");
         }
+        // every variant follows every other exactly once over n rounds
+        let mut pairs: Vec<(usize, usize)> = (0..n)
+            .flat_map(|r| {
+                let order: Vec<usize> = variant_order(r).collect();
+                order.windows(2).map(|w| (w[0], w[1])).collect::<Vec<_>>()
+            })
+            .collect();
+        pairs.sort_unstable();
+        let all: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+            .collect();
+        assert_eq!(pairs, all);
     }
 
     #[test]
