@@ -8,9 +8,9 @@
 //! callback that ends after the next one should have started, or a long level whose result was
 //! not ready when its samples were due; a late callback the host caused (a late wake-up, a
 //! stalled vCPU, or the knock-on of either on the callback after it, see [`account`]) is
-//! counted apart, and a late level never is. The most
-//! instances is found by doubling then bisecting with short runs, then confirmed with one
-//! full-length run (stepping down until one passes).
+//! counted apart, and a late level never is. The most instances is found by doubling then
+//! bisecting with short runs, then confirmed with one full-length run (stepping down until one
+//! passes).
 //! The confirmed count is the figure (`instances_*`) and the targets are judged on it; the
 //! short runs' count is reported beside it (`search_instances_*`), confirmed or not, because on
 //! a host that stalls a vCPU for milliseconds several times a minute a full-length run without
@@ -229,8 +229,8 @@ struct Work {
 /// thread was idle (a late wake-up), or the vCPU was stopped in the middle of it (a stall, by the
 /// narrower rule `account` gives). The hypervisor here delays a vCPU's timer by up to a millisecond
 /// now and then with no load at all (the empty run the bench reports counts those), and stalls a
-/// running vCPU for up to several milliseconds. Both are counted apart. A loop running behind its
-/// own work is never excused. After a callback that ends more than a period past the next release,
+/// running vCPU for up to several milliseconds. Both are counted apart, with their knock-ons on
+/// the callbacks right after. A loop running behind its own work is never excused. After a callback that ends more than a period past the next release,
 /// the missed periods are skipped. A run stops early once it has clearly failed.
 fn audio_loop(
     block: usize,
@@ -358,7 +358,7 @@ fn involuntary_switches() -> i64 {
 
 /// Judges a callback; returns the verdict and the next release.
 ///
-/// A late callback is the host's doing in two cases, counted apart. A *late wake-up*: the
+/// A late callback is the host's doing in three cases, counted apart. A *late wake-up*: the
 /// thread was idle at the release (the previous callback had ended) and its timer woke it more
 /// than half a period late. A *stall* (only where `judge_stalls` allows it): one share of the
 /// callback took more than half a period, the guest's kernel did not switch the thread out
@@ -369,9 +369,8 @@ fn involuntary_switches() -> i64 {
 /// stopped. A *knock-on*: the callback before it was excused and ended after this one's
 /// release, the kernel did not switch the thread out, and this callback's own work (wake-up to
 /// end) took no more than a period, so it would have been in time had the host let the one
-/// before end in time. A stall of most of a period makes one or more of these (seen here: the
-/// callback after a stall starting 684-706 us behind). Every other late callback, a loop behind
-/// its own work included, is an overrun: a drop.
+/// before end in time: a stall of most of a period makes one or more of these. Every other late
+/// callback, a loop behind its own work included, is an overrun: a drop.
 ///
 /// The next release is a period later, unless that is already more than a period past: then
 /// the periods in between are skipped and the schedule goes on from the last period boundary

@@ -110,8 +110,8 @@ pub struct DecodersArgs {
     pub secs: Option<f64>,
     /// Rounds (default 4, one per variant; 1 with --quick). Each round measures the decoding
     /// demand as played, sizes the capacity from it and runs every scheduler for --secs / rounds
-    /// on it, in an order that rotates, so a change in the host's speed lands on every
-    /// scheduler alike.
+    /// on it, in a balanced order (each scheduler once in every place and once after each
+    /// other), so a change in the host's speed lands on every scheduler alike.
     #[arg(long, value_name = "N")]
     pub rounds: Option<usize>,
     /// Decoding demand as a fraction of the capacity (the paper: about 0.85).
