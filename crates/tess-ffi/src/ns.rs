@@ -70,7 +70,7 @@ fn daemon() -> Result<UnixStream, c_int> {
 
 fn call(s: &mut UnixStream, req: &Request) -> Result<Body, c_int> {
     frame::write(s, req).map_err(|e| fail(TESS_NS_EIO, e.to_string()))?;
-    match frame::read::<_, Response>(s).map_err(|e| fail(TESS_NS_EIO, e.to_string()))? {
+    match frame::read_response(s).map_err(|e| fail(TESS_NS_EIO, e.to_string()))? {
         Response::Ok { body } => Ok(body),
         Response::Error { kind, message } => Err(fail(code_of(kind), message)),
     }

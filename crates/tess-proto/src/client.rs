@@ -99,7 +99,7 @@ impl Client {
     /// Sends a request and waits for its reply.
     pub fn call(&mut self, req: &Request) -> Result<Body, ApiError> {
         frame::write(&mut self.stream, req)?;
-        match frame::read::<_, Response>(&mut self.reader)? {
+        match frame::read_response(&mut self.reader)? {
             Response::Ok { body } => Ok(body),
             Response::Error { kind, message } => Err(ApiError::Daemon { kind, message }),
         }

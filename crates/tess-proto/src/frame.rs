@@ -57,6 +57,17 @@ pub fn complete_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 
 /// Reads one frame and decodes it.
 pub fn read<R: Read, T: serde::de::DeserializeOwned>(r: &mut R) -> Result<T, FrameError> {
+    Ok(serde_json::from_slice(&read_bytes(r)?)?)
+}
+
+/// Reads one frame holding a daemon's reply and decodes it, the hot replies through a fast
+/// path (see [`crate::decode`]); the same result as `read::<_, Response>`.
+pub fn read_response<R: Read>(r: &mut R) -> Result<crate::Response, FrameError> {
+    Ok(crate::decode::response(&read_bytes(r)?)?)
+}
+
+/// Reads one frame's JSON bytes.
+fn read_bytes<R: Read>(r: &mut R) -> Result<Vec<u8>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -69,7 +80,7 @@ pub fn read<R: Read, T: serde::de::DeserializeOwned>(r: &mut R) -> Result<T, Fra
     }
     let mut body = vec![0u8; n];
     r.read_exact(&mut body)?;
-    Ok(serde_json::from_slice(&body)?)
+    Ok(body)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod decode;
 pub mod frame;
 mod messages;
 pub mod ns;

@@ -150,7 +150,7 @@ fn handshake(stream: &mut UnixStream) -> Result<(), ApiError> {
             version: PROTOCOL_VERSION,
         },
     )?;
-    match frame::read::<_, Response>(stream)? {
+    match frame::read_response(stream)? {
         Response::Ok { .. } => Ok(()),
         Response::Error { kind, message } => Err(ApiError::Daemon { kind, message }),
     }
@@ -158,7 +158,7 @@ fn handshake(stream: &mut UnixStream) -> Result<(), ApiError> {
 
 fn call(stream: &mut UnixStream, req: &Request) -> Result<Body, ApiError> {
     frame::write(stream, req)?;
-    match frame::read::<_, Response>(stream)? {
+    match frame::read_response(stream)? {
         Response::Ok { body } => Ok(body),
         Response::Error { kind, message } => Err(ApiError::Daemon { kind, message }),
     }

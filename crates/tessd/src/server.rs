@@ -497,7 +497,7 @@ mod tests {
     use tess_core::spec::Policy;
 
     fn cells_in(frame: &[u8]) -> usize {
-        match frame::read::<_, Response>(&mut &frame[..]).unwrap() {
+        match frame::read_response(&mut &frame[..]).unwrap() {
             Response::Ok {
                 body: Body::Status(s),
             } => s.cells,

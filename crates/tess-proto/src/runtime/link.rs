@@ -92,7 +92,7 @@ impl ControlChannel {
 
 fn call(stream: &mut UnixStream, req: &Request) -> Result<Body, ApiError> {
     frame::write(stream, req)?;
-    match frame::read::<_, Response>(stream)? {
+    match frame::read_response(stream)? {
         Response::Ok { body } => Ok(body),
         Response::Error { kind, message } => Err(ApiError::Daemon { kind, message }),
     }

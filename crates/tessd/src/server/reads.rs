@@ -590,7 +590,7 @@ mod tests {
             r => panic!("{r:?}"),
         }
         assert!(
-            matches!(frame::read::<_, Response>(&mut s), Err(FrameError::Closed)),
+            matches!(frame::read_response(&mut s), Err(FrameError::Closed)),
             "nothing after an impossible length can be framed"
         );
     }
