@@ -230,8 +230,9 @@ struct Work {
 /// narrower rule `account` gives). The hypervisor here delays a vCPU's timer by up to a millisecond
 /// now and then with no load at all (the empty run the bench reports counts those), and stalls a
 /// running vCPU for up to several milliseconds. Both are counted apart, with their knock-ons on
-/// the callbacks right after. A loop running behind its own work is never excused. After a callback that ends more than a period past the next release,
-/// the missed periods are skipped. A run stops early once it has clearly failed.
+/// the callbacks right after. A loop running behind its own work is never excused. After a
+/// callback that ends more than a period past the next release, the missed periods are skipped.
+/// A run stops early once it has clearly failed.
 fn audio_loop(
     block: usize,
     seconds: f64,

@@ -73,23 +73,22 @@ impl<'de> Visitor<'de> for ResponseVisitor {
             return Err(give_way());
         }
         expect_key(&mut map, "body")?;
-        let body = map.next_value_seed(BodySeed)?;
+        let body = map.next_value_seed(BodyVisitor)?;
         expect_end(&mut map)?;
         Ok(Response::Ok { body })
     }
 }
 
-struct BodySeed;
+/// Decodes a body; a seed of itself, so that the response's visitor can hand it the body's value.
+struct BodyVisitor;
 
-impl<'de> DeserializeSeed<'de> for BodySeed {
+impl<'de> DeserializeSeed<'de> for BodyVisitor {
     type Value = Body;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Body, D::Error> {
-        d.deserialize_map(BodyVisitor)
+        d.deserialize_map(self)
     }
 }
-
-struct BodyVisitor;
 
 impl<'de> Visitor<'de> for BodyVisitor {
     type Value = Body;
