@@ -39,6 +39,66 @@ pub struct Enforcer {
     /// Budget ticks of the harts that hold reservations, where the kernel cannot end budgets
     /// exactly (`crate::budget_tick`); `None`: not needed or turned off.
     pub budget_ticks: Option<crate::budget_tick::BudgetTicks>,
+    /// Whether tess's cgroups were created by this enforcer (`Backend::init`), so that a
+    /// convergence from a known layout can skip creating them again.
+    initialized: bool,
+}
+
+/// What a convergence from a known layout may leave alone: the partitioning, and the cgroups
+/// of cells whose plan is the same.
+///
+/// Sound for the engine's two uses with `from` known. Applying a change, `from` is the
+/// committed layout the kernel holds. Rolling back a change that failed part-way, `from` is the
+/// attempted layout: the failed forward pass wrote only what differed between the two, which
+/// is exactly what the rollback rewrites. At start-up (`from` unknown) nothing is skipped, and
+/// that convergence also repairs whatever a killed daemon or another program left behind.
+struct Unchanged<'a> {
+    /// The partitioning (system harts, domains, root domains, group servers' RT bandwidth)
+    /// is the same, so `Backend::apply_topology` would write nothing new.
+    topology: bool,
+    /// The cells' plans before, when the partitioning is the same.
+    cells: Option<&'a std::collections::BTreeMap<String, tess_core::layout::CellLayout>>,
+    to: &'a Layout,
+}
+
+impl<'a> Unchanged<'a> {
+    fn between(from: Option<&'a Layout>, to: &'a Layout) -> Unchanged<'a> {
+        let topology = from.is_some_and(|f| same_partitioning(f, to));
+        Unchanged {
+            topology,
+            cells: from.filter(|_| topology).map(|f| &f.cells),
+            to,
+        }
+    }
+
+    /// Whether cell `name` is planned the same before and after, on the same partitioning
+    /// (a cell's cgroup path and limits may depend on the partitioning, as on v2).
+    fn cell(&self, name: &str) -> bool {
+        self.cells
+            .and_then(|c| c.get(name))
+            .is_some_and(|before| self.to.cells.get(name) == Some(before))
+    }
+}
+
+/// Whether two layouts partition the harts alike, as far as `Backend::apply_topology` goes:
+/// the hart sets and scheduling domains, and the RT bandwidth the group servers need from
+/// their parents (v1 sets that in the topology step).
+fn same_partitioning(a: &Layout, b: &Layout) -> bool {
+    let group_servers = |l: &Layout| {
+        l.cells
+            .iter()
+            .filter(|(_, c)| c.group_server)
+            .map(|(n, c)| (n.clone(), c.reservation))
+            .collect::<Vec<_>>()
+    };
+    a.all == b.all
+        && a.managed == b.managed
+        && a.dedicated == b.dedicated
+        && a.reserved == b.reserved
+        && a.pool == b.pool
+        && a.system == b.system
+        && a.domains == b.domains
+        && group_servers(a) == group_servers(b)
 }
 
 /// Between the steps of a convergence: where the crash tests stop the daemon with the kernel
@@ -70,6 +130,7 @@ impl Enforcer {
             conflicts: Vec::new(),
             group_servers: false,
             budget_ticks: None,
+            initialized: false,
         }
     }
 
@@ -113,7 +174,14 @@ impl Enforcer {
             t.stop_unwanted(to);
         }
         let b = self.backend.as_ref();
-        b.init(&self.all).context("creating tess's cgroups")?;
+        // From a known layout, only what differs is written (see `Unchanged`): a transaction
+        // that changes one cell's weight costs a few cgroup files, not the whole tree. That
+        // matters because the engine holds the system hart at SCHED_FIFO while it converges.
+        let kept = Unchanged::between(from, to);
+        if !(self.initialized && from.is_some()) {
+            b.init(&self.all).context("creating tess's cgroups")?;
+            self.initialized = true;
+        }
         // 1. Threads leave SCHED_DEADLINE before their cell stops being reserved, moves, or goes.
         let existing = b.existing_cells().context("listing cell cgroups")?;
         for name in &existing {
@@ -164,9 +232,14 @@ impl Enforcer {
         }
         fault_pause();
         // 3. Partitioning, then each cell.
-        b.apply_topology(to)
-            .context("applying the hart partitioning")?;
+        if !kept.topology {
+            b.apply_topology(to)
+                .context("applying the hart partitioning")?;
+        }
         for (name, cl) in &to.cells {
+            if kept.cell(name) {
+                continue;
+            }
             b.apply_cell(name, cl, to)
                 .with_context(|| format!("configuring cell {name}"))?;
         }
@@ -315,8 +388,240 @@ impl Enforcer {
             crate::idle::set_timer_slack(b, &name, 0, &[]);
         }
         let _ = layout;
+        self.initialized = false;
         b.teardown().context("removing tess's cgroups")?;
         kernel::restore_all(&self.kernel, store)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What a convergence writes, through a cgroup backend that records each step (a test
+    //! double; the real backends run against a model of cgroupfs in tess-cgroup's tests and
+    //! against the kernel in the root tests).
+
+    use super::*;
+    use crate::engine::tests::cell;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use tess_cgroup::{CgroupError, Version};
+    use tess_core::layout::{CellLayout, DomainMode};
+    use tess_core::spec::{HartRequest, Policy};
+
+    /// Records `init`, `topology`, `cell NAME` and `remove NAME`; refuses `apply_cell` of
+    /// one cell while `refuse` names it.
+    #[derive(Debug, Default)]
+    struct Steps {
+        log: Mutex<Vec<String>>,
+        cells: Mutex<Vec<String>>,
+        refuse: Mutex<Option<String>>,
+    }
+
+    impl Steps {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.log.lock().unwrap())
+        }
+        fn note(&self, s: String) {
+            self.log.lock().unwrap().push(s);
+        }
+    }
+
+    impl Backend for Steps {
+        fn version(&self) -> Version {
+            Version::V1
+        }
+        fn domain_mode(&self) -> DomainMode {
+            DomainMode::PerHart
+        }
+        fn describe(&self) -> String {
+            "steps".into()
+        }
+        fn init(&self, _: &HartSet) -> tess_cgroup::Result<()> {
+            self.note("init".into());
+            Ok(())
+        }
+        fn apply_topology(&self, _: &Layout) -> tess_cgroup::Result<()> {
+            self.note("topology".into());
+            Ok(())
+        }
+        fn apply_cell(&self, name: &str, _: &CellLayout, _: &Layout) -> tess_cgroup::Result<()> {
+            self.note(format!("cell {name}"));
+            if self.refuse.lock().unwrap().as_deref() == Some(name) {
+                return Err(CgroupError::Unsupported(format!("refused {name}")));
+            }
+            let mut cells = self.cells.lock().unwrap();
+            if !cells.iter().any(|c| c == name) {
+                cells.push(name.into());
+            }
+            Ok(())
+        }
+        fn remove_cell(&self, name: &str) -> tess_cgroup::Result<()> {
+            self.note(format!("remove {name}"));
+            self.cells.lock().unwrap().retain(|c| c != name);
+            Ok(())
+        }
+        fn attach_process(&self, _: &str, _: i32, _: bool) -> tess_cgroup::Result<()> {
+            Ok(())
+        }
+        fn complete_attach(&self, _: &str, _: &HartSet) -> tess_cgroup::Result<usize> {
+            Ok(0)
+        }
+        fn threads(&self, _: &str) -> tess_cgroup::Result<Vec<i32>> {
+            Ok(Vec::new())
+        }
+        fn processes(&self, _: &str) -> tess_cgroup::Result<Vec<i32>> {
+            Ok(Vec::new())
+        }
+        fn existing_cells(&self) -> tess_cgroup::Result<Vec<String>> {
+            Ok(self.cells.lock().unwrap().clone())
+        }
+        fn sweep_into_system(&self) -> tess_cgroup::Result<usize> {
+            Ok(0)
+        }
+        fn teardown(&self) -> tess_cgroup::Result<()> {
+            self.note("teardown".into());
+            self.cells.lock().unwrap().clear();
+            Ok(())
+        }
+        fn cell_cpuset_dir(&self, name: &str) -> std::path::PathBuf {
+            std::path::Path::new("/steps").join(name)
+        }
+        fn cell_of_pid(&self, _: i32) -> Option<String> {
+            None
+        }
+        fn foreign_conflicts(&self, _: &Layout) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    struct Rig {
+        steps: Arc<Steps>,
+        enforcer: Enforcer,
+        store: Store,
+        _dir: tempfile::TempDir,
+    }
+
+    fn rig() -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let steps = Arc::new(Steps::default());
+        let kernel = KernelPaths {
+            proc_root: dir.path().join("proc"),
+            sys_root: dir.path().join("sys"),
+        };
+        let all: HartSet = (0..4).collect();
+        let enforcer = Enforcer::new(steps.clone(), kernel, false, all.clone(), all);
+        Rig {
+            steps,
+            enforcer,
+            store: Store::open(dir.path()).unwrap(),
+            _dir: dir,
+        }
+    }
+
+    /// A layout of best-effort cells `(name, weight, hart)` and one event-triggered cell per
+    /// `(name, budget_ms, hart)`.
+    fn layout(rig: &Rig, best_effort: &[(&str, u32, usize)], et: &[(&str, u64, usize)]) -> Layout {
+        let mut cluster = Cluster::default();
+        for &(name, weight, hart) in best_effort {
+            let mut c = cell(
+                name,
+                Policy::BestEffort { weight },
+                HartRequest::Ids(HartSet::single(hart)),
+            );
+            c.harts = HartSet::single(hart);
+            cluster.cells.insert(name.into(), c);
+        }
+        for &(name, budget_ms, hart) in et {
+            let mut c = cell(
+                name,
+                Policy::EventTriggered {
+                    period: Duration::from_millis(10),
+                    budget: Duration::from_millis(budget_ms),
+                },
+                HartRequest::Ids(HartSet::single(hart)),
+            );
+            c.harts = HartSet::single(hart);
+            cluster.cells.insert(name.into(), c);
+        }
+        rig.enforcer.plan(&cluster)
+    }
+
+    #[test]
+    fn start_up_writes_everything_and_a_change_only_what_differs() {
+        let mut r = rig();
+        let a = layout(&r, &[("be", 100, 1), ("other", 100, 1)], &[("et", 1, 1)]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        assert_eq!(
+            r.steps.take(),
+            ["init", "topology", "cell be", "cell et", "cell other"]
+        );
+        // A new weight for one cell: that cell alone.
+        let b = layout(&r, &[("be", 101, 1), ("other", 100, 1)], &[("et", 1, 1)]);
+        assert!(same_partitioning(&a, &b));
+        r.enforcer.converge(Some(&a), &b, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["cell be"]);
+        // Nothing new: nothing written.
+        r.enforcer.converge(Some(&b), &b, &r.store).unwrap();
+        assert!(r.steps.take().is_empty());
+        // Not knowing what the kernel holds: everything again.
+        r.enforcer.converge(None, &b, &r.store).unwrap();
+        assert_eq!(
+            r.steps.take(),
+            ["init", "topology", "cell be", "cell et", "cell other"]
+        );
+    }
+
+    #[test]
+    fn a_new_partitioning_rewrites_every_cell() {
+        let mut r = rig();
+        let a = layout(&r, &[("be", 100, 1)], &[("et", 1, 1)]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.steps.take();
+        // The reservation moves to hart 2: the domains change, and a cell's cgroup may depend
+        // on them (v2 places cells under their partition), so every cell is written.
+        let b = layout(&r, &[("be", 100, 1)], &[("et", 1, 2)]);
+        assert!(!same_partitioning(&a, &b));
+        r.enforcer.converge(Some(&a), &b, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["topology", "cell be", "cell et"]);
+    }
+
+    #[test]
+    fn a_deleted_cell_is_removed_and_the_others_left_alone() {
+        let mut r = rig();
+        let a = layout(&r, &[("be", 100, 1), ("gone", 100, 1)], &[]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.steps.take();
+        let b = layout(&r, &[("be", 100, 1)], &[]);
+        r.enforcer.converge(Some(&a), &b, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["remove gone"]);
+    }
+
+    #[test]
+    fn a_rollback_rewrites_what_the_failed_change_touched() {
+        let mut r = rig();
+        let a = layout(&r, &[("x", 100, 1), ("y", 100, 1), ("z", 100, 1)], &[]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.steps.take();
+        // The change to x and y fails at y, after x was written.
+        let b = layout(&r, &[("x", 200, 1), ("y", 200, 1), ("z", 100, 1)], &[]);
+        *r.steps.refuse.lock().unwrap() = Some("y".into());
+        assert!(r.enforcer.converge(Some(&a), &b, &r.store).is_err());
+        assert_eq!(r.steps.take(), ["cell x", "cell y"]);
+        // The engine converges back from the attempted layout: x and y again, z untouched.
+        *r.steps.refuse.lock().unwrap() = None;
+        r.enforcer.converge(Some(&b), &a, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["cell x", "cell y"]);
+    }
+
+    #[test]
+    fn after_a_teardown_the_cgroups_are_made_again() {
+        let mut r = rig();
+        let a = layout(&r, &[("be", 100, 1)], &[]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.enforcer.teardown(Some(&a), &r.store).unwrap_or_default();
+        r.steps.take();
+        r.enforcer.converge(Some(&a), &a, &r.store).unwrap();
+        assert_eq!(r.steps.take()[0], "init");
     }
 }

@@ -131,6 +131,10 @@ pub struct DecodersArgs {
     /// Write the latency CDFs (SVG, the paper's Fig. 5) here (default <cache>/decoders-cdf.svg).
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Also write the raw measurement (every scored frame's latency, per scheduler and stream,
+    /// the rounds' slices in turn; the per-round demand and capacity) here as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub raw_out: Option<PathBuf>,
     /// Internal: measure in this process and print the raw results as JSON (the bench starts
     /// itself this way inside its cell).
     #[arg(long, hide = true)]
@@ -1125,6 +1129,10 @@ pub fn run(a: &DecodersArgs) -> anyhow::Result<Report> {
             r
         }
     };
+    if let Some(path) = &a.raw_out {
+        std::fs::write(path, serde_json::to_vec(&raw)?)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     let svg_path = a
         .svg
         .clone()
