@@ -742,8 +742,8 @@ fn recv_timeout_err(e: WaitEnd<RecvError>) -> RecvTimeoutError {
     }
 }
 
-/// One attempt to find the record at the head.
-#[inline]
+/// One attempt to find the record at the head (always inlined: see `Consumer::peek`).
+#[inline(always)]
 fn attempt_peek(cons: &mut Consumer, shared: &Shared) -> Attempt<Record, RecvError> {
     match cons.peek() {
         Ok(Some(r)) => Attempt::Ready(r),
