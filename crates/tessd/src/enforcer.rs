@@ -42,16 +42,28 @@ pub struct Enforcer {
     /// Whether tess's cgroups were created by this enforcer (`Backend::init`), so that a
     /// convergence from a known layout can skip creating them again.
     initialized: bool,
+    /// When the last convergence that skipped nothing ended, if the ones since all succeeded:
+    /// `None` after a failed convergence (the kernel may then hold neither layout), and the
+    /// next one writes everything.
+    full_pass: Option<std::time::Instant>,
+    /// How long convergences may write only what differs before one writes everything again,
+    /// which repairs what other programs changed meanwhile (an outside edit, a partition the
+    /// kernel invalidated after a hotplug).
+    pub full_pass_every: std::time::Duration,
 }
 
+/// Default of [`Enforcer::full_pass_every`].
+const FULL_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a convergence from a known layout may leave alone: the partitioning, and the cgroups
-/// of cells whose plan is the same.
+/// of cells whose plan is the same and whose cgroup is there.
 ///
-/// Sound for the engine's two uses with `from` known. Applying a change, `from` is the
-/// committed layout the kernel holds. Rolling back a change that failed part-way, `from` is the
-/// attempted layout: the failed forward pass wrote only what differed between the two, which
-/// is exactly what the rollback rewrites. At start-up (`from` unknown) nothing is skipped, and
-/// that convergence also repairs whatever a killed daemon or another program left behind.
+/// `from` is trusted only while every convergence since the last full one succeeded, and for
+/// at most [`Enforcer::full_pass_every`]. Applying a change, `from` is then the committed
+/// layout the kernel holds: tessd is the only writer of these files. A convergence that fails
+/// part-way leaves the kernel between two layouts, so the one after it (the rollback) writes
+/// everything, as start-up does; start-up and the periodic full pass also repair whatever a
+/// killed daemon or another program left behind.
 struct Unchanged<'a> {
     /// The partitioning (system harts, domains, root domains, group servers' RT bandwidth)
     /// is the same, so `Backend::apply_topology` would write nothing new.
@@ -59,31 +71,47 @@ struct Unchanged<'a> {
     /// The cells' plans before, when the partitioning is the same.
     cells: Option<&'a std::collections::BTreeMap<String, tess_core::layout::CellLayout>>,
     to: &'a Layout,
+    /// Cells whose cgroups exist now.
+    existing: &'a [String],
 }
 
 impl<'a> Unchanged<'a> {
-    fn between(from: Option<&'a Layout>, to: &'a Layout) -> Unchanged<'a> {
+    fn between(from: Option<&'a Layout>, to: &'a Layout, existing: &'a [String]) -> Unchanged<'a> {
         let topology = from.is_some_and(|f| same_partitioning(f, to));
         Unchanged {
             topology,
             cells: from.filter(|_| topology).map(|f| &f.cells),
             to,
+            existing,
         }
     }
 
     /// Whether cell `name` is planned the same before and after, on the same partitioning
-    /// (a cell's cgroup path and limits may depend on the partitioning, as on v2).
+    /// (a cell's cgroup path and limits may depend on the partitioning, as on v2), and its
+    /// cgroup is there (another program may have removed it).
     fn cell(&self, name: &str) -> bool {
         self.cells
             .and_then(|c| c.get(name))
             .is_some_and(|before| self.to.cells.get(name) == Some(before))
+            && self.existing.iter().any(|e| e == name)
     }
 }
 
 /// Whether two layouts partition the harts alike, as far as `Backend::apply_topology` goes:
-/// the hart sets and scheduling domains, and the RT bandwidth the group servers need from
-/// their parents (v1 sets that in the topology step).
+/// the hart sets and scheduling domains, each dedicated cell's harts (v2 makes one partition
+/// per dedicated cell: a split or merge keeps the union of their harts), and the RT bandwidth
+/// the group servers need from their parents (v1 sets that in the topology step).
 fn same_partitioning(a: &Layout, b: &Layout) -> bool {
+    let dedicated = |l: &Layout| {
+        let mut v: Vec<String> = l
+            .cells
+            .values()
+            .filter(|c| c.class == CellClass::Dedicated)
+            .map(|c| c.cpus.to_string())
+            .collect();
+        v.sort();
+        v
+    };
     let group_servers = |l: &Layout| {
         l.cells
             .iter()
@@ -99,6 +127,7 @@ fn same_partitioning(a: &Layout, b: &Layout) -> bool {
         && a.system == b.system
         && a.domains == b.domains
         && group_servers(a) == group_servers(b)
+        && dedicated(a) == dedicated(b)
 }
 
 /// Between the steps of a convergence: where the crash tests stop the daemon with the kernel
@@ -131,6 +160,8 @@ impl Enforcer {
             group_servers: false,
             budget_ticks: None,
             initialized: false,
+            full_pass: None,
+            full_pass_every: FULL_PASS_EVERY,
         }
     }
 
@@ -177,13 +208,19 @@ impl Enforcer {
         // From a known layout, only what differs is written (see `Unchanged`): a transaction
         // that changes one cell's weight costs a few cgroup files, not the whole tree. That
         // matters because the engine holds the system hart at SCHED_FIFO while it converges.
-        let kept = Unchanged::between(from, to);
-        if !(self.initialized && from.is_some()) {
+        // Everything is written at start-up, after a convergence that failed, and once every
+        // `full_pass_every`.
+        let prev_full_pass = self.full_pass.take();
+        let trusted =
+            from.filter(|_| prev_full_pass.is_some_and(|t| t.elapsed() < self.full_pass_every));
+        let started = std::time::Instant::now();
+        if !(self.initialized && trusted.is_some()) {
             b.init(&self.all).context("creating tess's cgroups")?;
             self.initialized = true;
         }
-        // 1. Threads leave SCHED_DEADLINE before their cell stops being reserved, moves, or goes.
         let existing = b.existing_cells().context("listing cell cgroups")?;
+        let kept = Unchanged::between(trusted, to, &existing);
+        // 1. Threads leave SCHED_DEADLINE before their cell stops being reserved, moves, or goes.
         for name in &existing {
             let target = to.cells.get(name);
             let before = from.and_then(|f| f.cells.get(name));
@@ -303,6 +340,10 @@ impl Enforcer {
         for c in &self.conflicts {
             tracing::warn!("{c}");
         }
+        self.full_pass = Some(match (trusted, prev_full_pass) {
+            (Some(_), Some(t)) => t,
+            _ => started,
+        });
         Ok(rephase)
     }
 
@@ -389,6 +430,7 @@ impl Enforcer {
         }
         let _ = layout;
         self.initialized = false;
+        self.full_pass = None;
         b.teardown().context("removing tess's cgroups")?;
         kernel::restore_all(&self.kernel, store)?;
         Ok(())
@@ -598,7 +640,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rollback_rewrites_what_the_failed_change_touched() {
+    fn after_a_failed_change_everything_is_written_again() {
         let mut r = rig();
         let a = layout(&r, &[("x", 100, 1), ("y", 100, 1), ("z", 100, 1)], &[]);
         r.enforcer.converge(None, &a, &r.store).unwrap();
@@ -608,10 +650,68 @@ mod tests {
         *r.steps.refuse.lock().unwrap() = Some("y".into());
         assert!(r.enforcer.converge(Some(&a), &b, &r.store).is_err());
         assert_eq!(r.steps.take(), ["cell x", "cell y"]);
-        // The engine converges back from the attempted layout: x and y again, z untouched.
+        // The rollback does not trust the attempted layout: the kernel holds neither.
         *r.steps.refuse.lock().unwrap() = None;
         r.enforcer.converge(Some(&b), &a, &r.store).unwrap();
+        assert_eq!(
+            r.steps.take(),
+            ["init", "topology", "cell x", "cell y", "cell z"]
+        );
+        // Once that succeeded, changes write only what differs again.
+        r.enforcer.converge(Some(&a), &b, &r.store).unwrap();
         assert_eq!(r.steps.take(), ["cell x", "cell y"]);
+    }
+
+    #[test]
+    fn a_cell_whose_cgroup_went_is_made_again() {
+        let mut r = rig();
+        let a = layout(&r, &[("be", 100, 1), ("other", 100, 1)], &[]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.steps.take();
+        // Another program removed the cell's cgroup.
+        r.steps.cells.lock().unwrap().retain(|c| c != "other");
+        r.enforcer.converge(Some(&a), &a, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["cell other"]);
+    }
+
+    #[test]
+    fn splitting_a_dedicated_cell_is_a_new_partitioning() {
+        let mut r = rig();
+        let dedicated = |r: &Rig, cells: &[(&str, &[usize])]| {
+            let mut cluster = Cluster::default();
+            for &(name, harts) in cells {
+                let set: HartSet = harts.iter().copied().collect();
+                let mut c = cell(name, Policy::Dedicated, HartRequest::Ids(set.clone()));
+                c.harts = set;
+                cluster.cells.insert(name.into(), c);
+            }
+            r.enforcer.plan(&cluster)
+        };
+        let a = dedicated(&r, &[("a", &[2, 3])]);
+        let b = dedicated(&r, &[("a", &[2]), ("b", &[3])]);
+        assert_eq!(
+            a.dedicated, b.dedicated,
+            "the union of dedicated harts is the same"
+        );
+        assert!(
+            !same_partitioning(&a, &b),
+            "v2 makes a partition per dedicated cell"
+        );
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.steps.take();
+        r.enforcer.converge(Some(&a), &b, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["topology", "cell a", "cell b"]);
+    }
+
+    #[test]
+    fn a_full_pass_comes_every_full_pass_every() {
+        let mut r = rig();
+        let a = layout(&r, &[("be", 100, 1)], &[]);
+        r.enforcer.converge(None, &a, &r.store).unwrap();
+        r.steps.take();
+        r.enforcer.full_pass_every = Duration::ZERO;
+        r.enforcer.converge(Some(&a), &a, &r.store).unwrap();
+        assert_eq!(r.steps.take(), ["init", "topology", "cell be"]);
     }
 
     #[test]
