@@ -9,7 +9,7 @@
 //! not ready when its samples were due; a late callback the host caused (a late wake-up, a
 //! stalled vCPU, or the knock-on of either on the callback after it, see [`account`]) is
 //! counted apart, and so is a late level reported in it or within [`LEVEL_KNOCK_ON`] callbacks
-//! after it (the same stall reaching the level's worker, see [`late_level_is_hosts`]); any
+//! after it (the same stall reaching the level's worker, see [`HostTail`]); any
 //! other late level is a drop. The most instances is found by doubling then
 //! bisecting with short runs, then confirmed with one full-length run (stepping down until one
 //! passes).
@@ -60,7 +60,7 @@ pub struct Trial {
     /// Callbacks in which a long level was late, other than `late_knock_ons`: drops.
     pub late: u64,
     /// Callbacks in which a long level was late within [`LEVEL_KNOCK_ON`] callbacks of one the
-    /// host made late: the same host event's tail ([`late_level_is_hosts`]).
+    /// host made late: the same host event's tail ([`HostTail`]).
     pub late_knock_ons: u64,
     /// Callbacks that ended after the next one was due.
     pub overruns: u64,
@@ -113,17 +113,32 @@ impl Trial {
 /// zita-convolver runs its shortest level (64 samples, two callbacks) on a worker, so every
 /// stall of a millisecond or more made it late: in 60 s runs of 45 and 60 instances here, 5 of
 /// the 6 callbacks with a late level came 1 or 2 callbacks after a late wake-up of 1.5-6.5 ms or
-/// its knock-on (2026-11-29), and such runs never confirmed a count. Four callbacks is twice that level's
-/// period. The rule is the same for every variant (tess-conv's shortest worker level is 128
-/// samples, so stalls rarely reach it), and these tails count against the host's budget of
-/// [`MAX_STALLS_PER_THOUSAND`] like any knock-on.
+/// its knock-on (2026-11-29), and such runs never confirmed a count. Four callbacks is twice
+/// that level's period. The rule is the same for every variant (tess-conv's plans here put
+/// their shortest worker level at 128 or 256 samples, so stalls rarely reach it), and these
+/// tails count against the host's budget of [`MAX_STALLS_PER_THOUSAND`] like any knock-on.
 const LEVEL_KNOCK_ON: u64 = 4;
 
-/// Whether a late level in a callback `since_excused` callbacks after the last one the host
-/// made late (0: that callback itself) is the host's doing. `zita/harness.cc` applies the same
-/// rule.
-fn late_level_is_hosts(since_excused: u64) -> bool {
-    since_excused <= LEVEL_KNOCK_ON
+/// Follows the callbacks the host made late ([`Callback::excused`]) to tell whether a late level
+/// is the tail of one: reported in that callback or within [`LEVEL_KNOCK_ON`] callbacks after
+/// it. `zita/harness.cc` applies the same rule.
+#[derive(Debug, Default)]
+struct HostTail {
+    /// Callbacks since the last one the host made late (0: the current one); `None` before any.
+    since_excused: Option<u64>,
+}
+
+impl HostTail {
+    /// Notes the next callback and whether the host made it late; returns whether a late level
+    /// reported in it is the host's.
+    fn next(&mut self, excused: bool) -> bool {
+        self.since_excused = if excused {
+            Some(0)
+        } else {
+            self.since_excused.map(|n| n.saturating_add(1))
+        };
+        self.since_excused.is_some_and(|n| n <= LEVEL_KNOCK_ON)
+    }
 }
 
 /// Stalls and knock-ons per thousand callbacks beyond which a run is not drop-free whatever
@@ -285,8 +300,7 @@ fn audio_loop(
     let mut max_ns = 0;
     let mut prev_done = 0;
     let mut prev_excused = false;
-    // Callbacks since the last one the host made late.
-    let mut since_excused = u64::MAX;
+    let mut host_tail = HostTail::default();
     while next < end {
         sleep_until_ns(next);
         let woke = now_ns();
@@ -313,17 +327,13 @@ fn audio_loop(
         };
         let (event, following) = account(times, period, judge_stalls);
         prev_excused = event.excused();
-        since_excused = if prev_excused {
-            0
-        } else {
-            since_excused.saturating_add(1)
-        };
+        let late_is_hosts = host_tail.next(prev_excused);
         if next >= start + warmup {
             t.callbacks += 1;
-            if w.late && late_level_is_hosts(since_excused) {
-                t.late_knock_ons += 1;
-            } else {
-                t.late += u64::from(w.late);
+            match (w.late, late_is_hosts) {
+                (false, _) => {}
+                (true, true) => t.late_knock_ons += 1,
+                (true, false) => t.late += 1,
             }
             match event {
                 Callback::OnTime => {}
@@ -1221,10 +1231,15 @@ mod tests {
 
     #[test]
     fn a_late_level_is_the_hosts_only_in_or_right_after_a_callback_the_host_made_late() {
-        assert!(late_level_is_hosts(0), "in the excused callback itself");
-        assert!(late_level_is_hosts(1));
-        assert!(late_level_is_hosts(LEVEL_KNOCK_ON));
-        assert!(!late_level_is_hosts(LEVEL_KNOCK_ON + 1));
-        assert!(!late_level_is_hosts(u64::MAX), "no host event yet");
+        let mut tail = HostTail::default();
+        assert!(!tail.next(false), "no host event yet");
+        assert!(tail.next(true), "in the excused callback itself");
+        for k in 1..=LEVEL_KNOCK_ON {
+            assert!(tail.next(false), "{k} callbacks after it");
+        }
+        assert!(!tail.next(false), "one callback too late");
+        // A second host event starts the count again.
+        assert!(tail.next(true));
+        assert!(tail.next(false));
     }
 }

@@ -5,7 +5,7 @@
 // preparation as tess-conv's preemptive mode. Prints one JSON line: callbacks, late (process()
 // reported a level late, plus convolvers zita stopped by itself), late_knock_ons (a level late in
 // a callback the host made late or within LEVEL_KNOCK_ON callbacks after it: counted apart, the
-// rule of `late_level_is_hosts` in bench.rs), overruns (a callback ended
+// rule of `HostTail` in bench.rs), overruns (a callback ended
 // after the next was due), late_wakeups, stalls and knock_ons (late callbacks that were the
 // host's, counted apart by the same rule as `account` in bench.rs: the timer woke the idle thread
 // more than half a period late; or one share of the callback took more than half a period while

@@ -39,12 +39,9 @@ pub struct Enforcer {
     /// Budget ticks of the harts that hold reservations, where the kernel cannot end budgets
     /// exactly (`crate::budget_tick`); `None`: not needed or turned off.
     pub budget_ticks: Option<crate::budget_tick::BudgetTicks>,
-    /// Whether tess's cgroups were created by this enforcer (`Backend::init`), so that a
-    /// convergence from a known layout can skip creating them again.
-    initialized: bool,
     /// When the last convergence that skipped nothing ended, if the ones since all succeeded:
-    /// `None` after a failed convergence (the kernel may then hold neither layout), and the
-    /// next one writes everything.
+    /// `None` at first, after a failed convergence (the kernel may then hold neither layout) or
+    /// a teardown, and the next one writes everything, `Backend::init` included.
     full_pass: Option<std::time::Instant>,
     /// How long convergences may write only what differs before one writes everything again,
     /// which repairs what other programs changed meanwhile (an outside edit, a partition the
@@ -65,8 +62,8 @@ const FULL_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// everything, as start-up does; start-up and the periodic full pass also repair whatever a
 /// killed daemon or another program left behind.
 struct Unchanged<'a> {
-    /// The partitioning (system harts, domains, root domains, group servers' RT bandwidth)
-    /// is the same, so `Backend::apply_topology` would write nothing new.
+    /// The partitioning ([`same_partitioning`]) is the same, so `Backend::apply_topology`
+    /// would write nothing new.
     topology: bool,
     /// The cells' plans before, when the partitioning is the same.
     cells: Option<&'a std::collections::BTreeMap<String, tess_core::layout::CellLayout>>,
@@ -102,23 +99,22 @@ impl<'a> Unchanged<'a> {
 /// per dedicated cell: a split or merge keeps the union of their harts), and the RT bandwidth
 /// the group servers need from their parents (v1 sets that in the topology step).
 fn same_partitioning(a: &Layout, b: &Layout) -> bool {
-    let dedicated = |l: &Layout| {
-        let mut v: Vec<String> = l
-            .cells
-            .values()
-            .filter(|c| c.class == CellClass::Dedicated)
-            .map(|c| c.cpus.to_string())
-            .collect();
-        v.sort();
-        v
-    };
-    let group_servers = |l: &Layout| {
+    // By name (the cells' order): a dedicated cell renamed on the same harts counts as a new
+    // partitioning, which only costs the writes of a full pass.
+    fn dedicated(l: &Layout) -> Vec<(&String, &HartSet)> {
+        l.cells
+            .iter()
+            .filter(|(_, c)| c.class == CellClass::Dedicated)
+            .map(|(n, c)| (n, &c.cpus))
+            .collect()
+    }
+    fn group_servers(l: &Layout) -> Vec<(&String, Option<tess_core::layout::Reservation>)> {
         l.cells
             .iter()
             .filter(|(_, c)| c.group_server)
-            .map(|(n, c)| (n.clone(), c.reservation))
-            .collect::<Vec<_>>()
-    };
+            .map(|(n, c)| (n, c.reservation))
+            .collect()
+    }
     a.all == b.all
         && a.managed == b.managed
         && a.dedicated == b.dedicated
@@ -159,7 +155,6 @@ impl Enforcer {
             conflicts: Vec::new(),
             group_servers: false,
             budget_ticks: None,
-            initialized: false,
             full_pass: None,
             full_pass_every: FULL_PASS_EVERY,
         }
@@ -214,9 +209,10 @@ impl Enforcer {
         let trusted =
             from.filter(|_| prev_full_pass.is_some_and(|t| t.elapsed() < self.full_pass_every));
         let started = std::time::Instant::now();
-        if !(self.initialized && trusted.is_some()) {
+        // A trusted `from` means a full convergence, `init` included, succeeded since the
+        // last teardown: tess's cgroups are there.
+        if trusted.is_none() {
             b.init(&self.all).context("creating tess's cgroups")?;
-            self.initialized = true;
         }
         let existing = b.existing_cells().context("listing cell cgroups")?;
         let kept = Unchanged::between(trusted, to, &existing);
@@ -340,10 +336,11 @@ impl Enforcer {
         for c in &self.conflicts {
             tracing::warn!("{c}");
         }
-        self.full_pass = Some(match (trusted, prev_full_pass) {
-            (Some(_), Some(t)) => t,
-            _ => started,
-        });
+        self.full_pass = Some(
+            prev_full_pass
+                .filter(|_| trusted.is_some())
+                .unwrap_or(started),
+        );
         Ok(rephase)
     }
 
@@ -429,7 +426,6 @@ impl Enforcer {
             crate::idle::set_timer_slack(b, &name, 0, &[]);
         }
         let _ = layout;
-        self.initialized = false;
         self.full_pass = None;
         b.teardown().context("removing tess's cgroups")?;
         kernel::restore_all(&self.kernel, store)?;
@@ -564,26 +560,21 @@ mod tests {
     /// A layout of best-effort cells `(name, weight, hart)` and one event-triggered cell per
     /// `(name, budget_ms, hart)`.
     fn layout(rig: &Rig, best_effort: &[(&str, u32, usize)], et: &[(&str, u64, usize)]) -> Layout {
+        let best_effort = best_effort
+            .iter()
+            .map(|&(name, weight, hart)| (name, Policy::BestEffort { weight }, hart));
+        let et = et.iter().map(|&(name, budget_ms, hart)| {
+            let policy = Policy::EventTriggered {
+                period: Duration::from_millis(10),
+                budget: Duration::from_millis(budget_ms),
+            };
+            (name, policy, hart)
+        });
         let mut cluster = Cluster::default();
-        for &(name, weight, hart) in best_effort {
-            let mut c = cell(
-                name,
-                Policy::BestEffort { weight },
-                HartRequest::Ids(HartSet::single(hart)),
-            );
-            c.harts = HartSet::single(hart);
-            cluster.cells.insert(name.into(), c);
-        }
-        for &(name, budget_ms, hart) in et {
-            let mut c = cell(
-                name,
-                Policy::EventTriggered {
-                    period: Duration::from_millis(10),
-                    budget: Duration::from_millis(budget_ms),
-                },
-                HartRequest::Ids(HartSet::single(hart)),
-            );
-            c.harts = HartSet::single(hart);
+        for (name, policy, hart) in best_effort.chain(et) {
+            let harts = HartSet::single(hart);
+            let mut c = cell(name, policy, HartRequest::Ids(harts.clone()));
+            c.harts = harts;
             cluster.cells.insert(name.into(), c);
         }
         rig.enforcer.plan(&cluster)
